@@ -1,0 +1,1 @@
+"""Dagster assets and checks, one module per stage (DESIGN §2)."""

@@ -1,0 +1,1 @@
+"""PyTorch only: data views, modules, losses, trainer, quantizer, index. No Dagster, DuckDB or Feast here."""

@@ -1,0 +1,147 @@
+"""A temporal graph snapshot as torch CSR tensors.
+
+A snapshot at cut-off ``T`` (see ``hir.assets.graph``) is two Parquet files and a JSON file:
+
+* ``nodes.parquet``: ``entity_id, entity_type, type_id, degree, age_days, activity`` — one row per
+  entity that exists before ``T``, sorted by ``entity_id``; row ``i`` is node ``i``.
+* ``edges.parquet``: ``src, dst, edge_type, edge_type_id, count, last_ts, weight`` — one row per
+  ``(src, dst, edge_type)`` with ``src``/``dst`` as node indices, ``last_ts`` in unix seconds and the
+  time-decayed ``weight = Σ 2^(-(T - ts) / half_life)``.
+* ``meta.json``: ``cutoff`` (unix seconds), ``node_types``, ``edge_types``.
+
+:func:`load_snapshot` turns them into a :class:`TemporalGraph`: the merged, symmetric CSR over all
+edge types (each stored edge appears in both directions) with per-entry edge attributes, and a CSR
+per edge type. Arrow columns of fixed-width types without nulls are wrapped, not copied.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+
+@dataclass
+class CSR:
+    """Compressed sparse rows: neighbours of node ``i`` are ``indices[indptr[i]:indptr[i+1]]``."""
+
+    indptr: torch.Tensor  # int64 [N + 1]
+    indices: torch.Tensor  # int64 [E]
+    edge_type: torch.Tensor  # int64 [E]
+    weight: torch.Tensor  # float32 [E]
+    last_ts: torch.Tensor  # float64 [E], unix seconds
+    count: torch.Tensor  # float32 [E]
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.numel())
+
+    def degree(self) -> torch.Tensor:
+        return self.indptr[1:] - self.indptr[:-1]
+
+    def to_edge_list(self) -> torch.Tensor:
+        """``[2, E]`` (row, col) pairs in CSR order."""
+        rows = torch.repeat_interleave(torch.arange(self.indptr.numel() - 1), self.degree())
+        return torch.stack([rows, self.indices])
+
+
+@dataclass
+class TemporalGraph:
+    """A snapshot at ``cutoff``: node attributes, the merged symmetric CSR and one CSR per edge type."""
+
+    cutoff: float
+    entity_id: torch.Tensor  # int64 [N]
+    node_type: torch.Tensor  # int64 [N]
+    node_features: torch.Tensor  # float32 [N, F]: log1p(degree), log1p(age_days), log1p(activity)
+    node_types: list[str]
+    edge_types: list[str]
+    csr: CSR
+    by_type: dict[str, CSR] = field(default_factory=dict)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.entity_id.numel())
+
+
+def _column(table: pa.Table, name: str, dtype: np.dtype) -> torch.Tensor:
+    """A column as a tensor, zero-copy when it is one chunk of ``dtype`` without nulls."""
+    col = table.column(name)
+    if col.num_chunks == 1 and col.null_count == 0 and col.type == pa.from_numpy_dtype(dtype):
+        array = col.chunk(0).to_numpy(zero_copy_only=True)
+    else:
+        array = col.to_numpy().astype(dtype, copy=False)
+    with warnings.catch_warnings():
+        # Arrow buffers are immutable; torch warns about that, and nothing here writes through them.
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(array)
+
+
+def build_csr(
+    num_nodes: int,
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    edge_type: torch.Tensor,
+    weight: torch.Tensor,
+    last_ts: torch.Tensor,
+    count: torch.Tensor,
+    symmetric: bool = True,
+) -> CSR:
+    """CSR over ``num_nodes`` from an edge list; ``symmetric`` adds each edge's reverse."""
+    if symmetric:
+        src, dst = torch.cat([src, dst]), torch.cat([dst, src])
+        edge_type, weight = edge_type.repeat(2), weight.repeat(2)
+        last_ts, count = last_ts.repeat(2), count.repeat(2)
+    order = torch.argsort(src * num_nodes + dst, stable=True)
+    counts = torch.bincount(src, minlength=num_nodes)
+    indptr = torch.zeros(num_nodes + 1, dtype=torch.int64)
+    indptr[1:] = torch.cumsum(counts, 0)
+    return CSR(
+        indptr=indptr,
+        indices=dst[order].to(torch.int64),
+        edge_type=edge_type[order].to(torch.int64),
+        weight=weight[order].to(torch.float32),
+        last_ts=last_ts[order].to(torch.float64),
+        count=count[order].to(torch.float32),
+    )
+
+
+def load_snapshot(folder: str | Path) -> TemporalGraph:
+    """Load a snapshot folder written by the ``graph_snapshot`` asset."""
+    folder = Path(folder)
+    meta = json.loads((folder / "meta.json").read_text())
+    nodes = pq.read_table(folder / "nodes.parquet")
+    edges = pq.read_table(folder / "edges.parquet")
+    num_nodes = nodes.num_rows
+    features = torch.stack(
+        [
+            torch.log1p(_column(nodes, name, np.dtype(np.float64)).clamp_min(0)).float()
+            for name in ("degree", "age_days", "activity")
+        ],
+        dim=1,
+    )
+    src = _column(edges, "src", np.dtype(np.int64))
+    dst = _column(edges, "dst", np.dtype(np.int64))
+    etype = _column(edges, "edge_type_id", np.dtype(np.int64))
+    weight = _column(edges, "weight", np.dtype(np.float64)).float()
+    last_ts = _column(edges, "last_ts", np.dtype(np.float64))
+    count = _column(edges, "count", np.dtype(np.int64)).float()
+    by_type = {}
+    for i, name in enumerate(meta["edge_types"]):
+        mask = etype == i
+        by_type[name] = build_csr(num_nodes, src[mask], dst[mask], etype[mask], weight[mask], last_ts[mask], count[mask])
+    return TemporalGraph(
+        cutoff=float(meta["cutoff"]),
+        entity_id=_column(nodes, "entity_id", np.dtype(np.int64)),
+        node_type=_column(nodes, "type_id", np.dtype(np.int64)),
+        node_features=features,
+        node_types=list(meta["node_types"]),
+        edge_types=list(meta["edge_types"]),
+        csr=build_csr(num_nodes, src, dst, etype, weight, last_ts, count),
+        by_type=by_type,
+    )

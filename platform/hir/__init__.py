@@ -1,0 +1,1 @@
+"""hir: Hierarchical Interest Representation for ads and recommendation."""

@@ -1,0 +1,1 @@
+"""Benchmarks for `hir bench NAME`: each module exposes add_arguments(parser) and run(args) -> dict."""

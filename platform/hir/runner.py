@@ -1,0 +1,121 @@
+"""``hir run``: ingest, then the whole pipeline for one daily partition, in process.
+
+Runs go to the Dagster instance under the data home, so ``hir ui`` shows them. Progress is one
+line per step; a user mistake inside a step comes back as that mistake, not a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timedelta, timezone
+
+import dagster as dg
+from rich.console import Console
+
+from hir.settings import Settings
+from hir.sources.base import SourceError
+
+_console = Console(stderr=True, highlight=False)
+
+
+class _ProgressHandler(logging.Handler):
+    """Prints a line when a step starts, materialises an asset, passes a check or fails."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started: dict[str, float] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        event = getattr(record, "dagster_meta", {}).get("dagster_event")
+        if event is None:
+            return
+        step, kind = event.step_key or "", event.event_type_value
+        if kind == "STEP_START":
+            self.started[step] = time.monotonic()
+            _console.print(f"[bold cyan]▶[/] {step}")
+        elif kind == "ASSET_MATERIALIZATION":
+            _console.print(f"  [green]●[/] {event.asset_key.to_user_string()}")
+        elif kind == "ASSET_CHECK_EVALUATION":
+            data = event.event_specific_data
+            mark = "[green]✓[/]" if data.passed else "[red]✗[/]"
+            _console.print(f"  {mark} check {data.check_name}")
+        elif kind == "STEP_SUCCESS":
+            elapsed = time.monotonic() - self.started.get(step, time.monotonic())
+            _console.print(f"[green]✔[/] {step} [dim]{elapsed:.1f}s[/]")
+        elif kind == "STEP_FAILURE":
+            _console.print(f"[red]✘ {step}[/]")
+
+
+@dg.logger(description="One line per step, asset and check, for `hir run`.")
+def progress_logger(_init_context) -> logging.Logger:
+    log = logging.getLogger("hir.progress")
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    if not log.handlers:
+        log.addHandler(_ProgressHandler())
+    return log
+
+
+def newest_complete_partition(settings: Settings) -> str | None:
+    """The newest day D whose validation and test windows after cut-off end-of-D hold data."""
+    from hir.warehouse import connect
+
+    with connect(settings.warehouse_path, read_only=True) as con:
+        last = con.execute("SELECT max(ts) FROM events").fetchone()[0]
+    if last is None:
+        return None
+    data_end = datetime(last.year, last.month, last.day, tzinfo=timezone.utc) + timedelta(days=1)
+    cutoff = data_end - timedelta(days=settings.val_days + settings.test_days)
+    day = (cutoff - timedelta(seconds=1)).date()
+    start = datetime.strptime(settings.partition_start_date, "%Y-%m-%d").date()
+    return day.isoformat() if day >= start else None
+
+
+def _user_error(exc: BaseException) -> BaseException | None:
+    from hir.cli import USER_ERRORS
+
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, USER_ERRORS):
+            return seen
+        seen = getattr(seen, "user_exception", None) or seen.__cause__
+    return None
+
+
+def _execute(job: dg.JobDefinition, instance: dg.DagsterInstance, **kwargs) -> None:
+    try:
+        result = job.execute_in_process(
+            instance=instance, run_config={"loggers": {"progress_logger": {}}}, **kwargs
+        )
+    except Exception as exc:  # a step failed; surface a user mistake as itself
+        user = _user_error(exc)
+        if user is not None:
+            raise user from None
+        raise
+    if not result.success:
+        raise SourceError(f"run {result.run_id} failed; see `hir ui` for its logs")
+
+
+def run_pipeline(settings: Settings, partition: str | None = None, ingest_only: bool = False) -> int:
+    from hir.definitions import build_definitions
+    from hir.instance import prepare
+
+    prepare(settings)
+    defs = build_definitions(settings, loggers={"progress_logger": progress_logger})
+    with dg.DagsterInstance.get() as instance:
+        _console.print(f"[bold]hir run[/] source={settings.source} data home={settings.data_home}")
+        _execute(defs.resolve_job_def("ingest_job"), instance)
+        if ingest_only:
+            return 0
+        job = defs.resolve_job_def("hir_job")
+        partitioned = [k for k, a in defs.resolve_asset_graph().assets_defs_by_key.items() if a.partitions_def]
+        if not partitioned:
+            return 0
+        partition = partition or newest_complete_partition(settings)
+        if partition is None:
+            raise SourceError("no complete daily partition: the events do not cover a cut-off plus its windows")
+        _console.print(f"[bold]partition[/] {partition} (cut-off {partition} 24:00 UTC)")
+        selection = dg.AssetSelection.keys(*partitioned)
+        _execute(job, instance, partition_key=partition, asset_selection=selection.resolve(defs.resolve_asset_graph()))
+    return 0

@@ -1,0 +1,182 @@
+"""One settings object for the whole platform: ``HIR_*`` environment variables over defaults.
+
+Every other module reads its knobs from :class:`Settings`; nothing else looks at the
+environment. ``Settings.from_env()`` is cheap and pure, so assets and resources call it freely.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+
+class SettingsError(ValueError):
+    """A setting has a value the platform cannot use; the message names the variable."""
+
+
+# Half-life in days of each edge type's time decay; types not listed use ``default_half_life_days``.
+DEFAULT_HALF_LIVES = {
+    "impression": 3.0,
+    "view": 3.0,
+    "pv": 3.0,
+    "click": 7.0,
+    "cart": 7.0,
+    "fav": 14.0,
+    "conversion": 21.0,
+    "purchase": 21.0,
+    "buy": 21.0,
+    "rating": 60.0,
+    "tag": 60.0,
+}
+
+# First day of the daily partitions for each built-in source (its data starts there).
+SOURCE_PARTITION_START = {
+    "synthetic": "2026-01-01",
+    "taobao_userbehavior": "2017-11-25",
+    "taobao_ads": "2017-05-06",
+    "movielens": "1996-03-29",
+    "amazon_seq": "2014-01-01",
+    "csv": "2000-01-01",
+}
+
+
+def _parse_mapping(text: str) -> dict[str, float]:
+    """``"click=7,view=3"`` → ``{"click": 7.0, "view": 3.0}``."""
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise ValueError(f"expected key=value, got {part!r}")
+        out[key.strip()] = float(value)
+    return out
+
+
+@dataclass(frozen=True)
+class Settings:
+    """All platform settings. Each field ``name`` is read from ``HIR_<NAME>``."""
+
+    # Where everything lives: warehouse, artefacts, Dagster instance, Feast repository data.
+    data_home: Path = Path(".hir")
+    # Paths given in settings must lie under the data home unless this is true.
+    allow_outside_paths: bool = False
+    threads: int = max(1, os.cpu_count() or 1)
+    seed: int = 0
+
+    # Source: a built-in kind and, for the real-data kinds, a file or folder.
+    source: str = "synthetic"
+    source_path: str = ""
+    # YAML column mapping for the ``csv`` source.
+    csv_mapping: str = ""
+
+    # Synthetic ecosystem size.
+    synthetic_events: int = 1_000_000
+    synthetic_days: int = 28
+    synthetic_coarse: int = 8
+    synthetic_fine: int = 6
+
+    # Daily partitions: first day (defaults to the source's own start, see SOURCE_PARTITION_START).
+    partition_start: str = ""
+
+    # Graph snapshot: time decay and evaluation windows after the cut-off.
+    half_life_days: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_HALF_LIVES))
+    default_half_life_days: float = 14.0
+    val_days: float = 1.0
+    test_days: float = 1.0
+
+    # World knowledge.
+    text_model: str = "all-MiniLM-L6-v2"
+    text_batch_size: int = 128
+    image_model: str = "ViT-B-32"
+    image_checkpoint: str = ""
+    image_pretrained: str = ""
+    image_batch_size: int = 64
+    embed_device: str = "cpu"
+
+    # Torch runtime: "auto" picks cuda when present.
+    device: str = "auto"
+
+    # Feast and the UI.
+    feast_port: int = 6566
+    ui_host: str = "127.0.0.1"
+    ui_port: int = 3000
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
+        """Build settings from ``HIR_*`` variables in ``env`` (default ``os.environ``), then ``overrides``."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            name = "HIR_" + f.name.upper()
+            if name not in env:
+                continue
+            values[f.name] = _convert(name, env[name], f)
+        values.update(overrides)
+        settings = cls(**values)
+        return dataclasses.replace(settings, data_home=Path(settings.data_home).expanduser().resolve())
+
+    @property
+    def warehouse_path(self) -> Path:
+        return self.data_home / "warehouse.duckdb"
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.data_home / "artifacts"
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.data_home / "dagster"
+
+    @property
+    def inbox_dir(self) -> Path:
+        return self.data_home / "inbox"
+
+    @property
+    def feast_dir(self) -> Path:
+        return self.data_home / "feast"
+
+    @property
+    def partition_start_date(self) -> str:
+        return self.partition_start or SOURCE_PARTITION_START.get(self.source, "2000-01-01")
+
+    def half_life(self, edge_type: str) -> float:
+        return float(self.half_life_days.get(edge_type, self.default_half_life_days))
+
+    def resolve_path(self, value: str | Path, what: str) -> Path:
+        """Resolve a path setting; refuse one outside the data home unless allowed.
+
+        ``what`` names the setting in the error message.
+        """
+        path = Path(value).expanduser().resolve()
+        if not self.allow_outside_paths and not path.is_relative_to(self.data_home):
+            raise SettingsError(
+                f"{what}: {path} lies outside the data home {self.data_home}; "
+                "set HIR_ALLOW_OUTSIDE_PATHS=1 to allow it"
+            )
+        return path
+
+
+def _convert(name: str, raw: str, f: dataclasses.Field) -> Any:
+    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    try:
+        if kind == "bool":
+            if raw.strip().lower() in {"1", "true", "yes", "on"}:
+                return True
+            if raw.strip().lower() in {"0", "false", "no", "off", ""}:
+                return False
+            raise ValueError(f"expected true/false, got {raw!r}")
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+        if kind == "Path":
+            return Path(raw)
+        if kind.startswith("Mapping"):
+            merged = dict(DEFAULT_HALF_LIVES)
+            merged.update(_parse_mapping(raw))
+            return merged
+        return raw
+    except ValueError as exc:
+        raise SettingsError(f"{name}={raw!r}: {exc}") from None

@@ -1,0 +1,45 @@
+"""Shared fixtures: every test gets its own data home; real public data is read from ../shared/data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def shared_data(name: str) -> Path:
+    """Path to a data set in ../shared/data, or skip the test with the reason."""
+    path = SHARED_DATA / name
+    if not path.exists():
+        pytest.skip(f"real data {path} is absent (see ../shared/data/README.md)")
+    return path
+
+
+@pytest.fixture
+def data_home(tmp_path, monkeypatch) -> Path:
+    """A fresh data home; HIR_* settings point into it for the test's duration."""
+    home = tmp_path / "hir_home"
+    home.mkdir()
+    monkeypatch.setenv("HIR_DATA_HOME", str(home))
+    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
+    monkeypatch.setenv("DAGSTER_DISABLE_TELEMETRY", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (home / "dagster").mkdir()
+    return home
+
+
+@pytest.fixture
+def settings(data_home):
+    from hir.settings import Settings
+
+    return Settings.from_env()
+
+
+def pytest_configure(config):
+    os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
