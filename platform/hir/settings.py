@@ -63,6 +63,8 @@ class Settings:
     # Paths given in settings must lie under the data home unless this is true.
     allow_outside_paths: bool = False
     threads: int = max(1, os.cpu_count() or 1)
+    # DuckDB memory cap for the heavy queries (graph snapshots, benchmarks); it spills past this.
+    duckdb_memory_limit: str = "4GB"
     seed: int = 0
 
     # Source: a built-in kind and, for the real-data kinds, a file or folder.
