@@ -50,7 +50,7 @@ class _ProgressHandler(logging.Handler):
 @dg.logger(description="One line per step, asset and check, for `hir run`.")
 def progress_logger(_init_context) -> logging.Logger:
     log = logging.getLogger("hir.progress")
-    log.setLevel(logging.INFO)
+    log.setLevel(logging.DEBUG)  # step events are logged at DEBUG
     log.propagate = False
     if not log.handlers:
         log.addHandler(_ProgressHandler())
