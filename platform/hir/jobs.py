@@ -8,6 +8,8 @@ from hir.partitions import daily_partitions
 from hir.settings import Settings
 
 UNPARTITIONED_GROUPS = ("ingest", "world_knowledge")
+# Steps can fail for passing reasons (a locked file, a busy feature store): retry with back-off.
+RETRY = dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL)
 
 
 def build_jobs(settings: Settings) -> list[dg.UnresolvedAssetJobDefinition]:
@@ -18,6 +20,7 @@ def build_jobs(settings: Settings) -> list[dg.UnresolvedAssetJobDefinition]:
             selection=inputs,
             description="Read the configured source into the warehouse and embed new content.",
             tags={"hir/kind": "ingest"},
+            op_retry_policy=RETRY,
         ),
         dg.define_asset_job(
             "hir_job",
@@ -25,5 +28,6 @@ def build_jobs(settings: Settings) -> list[dg.UnresolvedAssetJobDefinition]:
             partitions_def=daily_partitions(settings),
             description="The whole pipeline for one daily partition (cut-off = end of that day).",
             tags={"hir/kind": "full"},
+            op_retry_policy=RETRY,
         ),
     ]

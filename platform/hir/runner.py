@@ -109,13 +109,13 @@ def run_pipeline(settings: Settings, partition: str | None = None, ingest_only: 
         if ingest_only:
             return 0
         job = defs.resolve_job_def("hir_job")
-        partitioned = [k for k, a in defs.resolve_asset_graph().assets_defs_by_key.items() if a.partitions_def]
+        graph = defs.resolve_asset_graph()
+        partitioned = [k for k in graph.get_all_asset_keys() if graph.get(k).partitions_def is not None]
         if not partitioned:
             return 0
         partition = partition or newest_complete_partition(settings)
         if partition is None:
             raise SourceError("no complete daily partition: the events do not cover a cut-off plus its windows")
         _console.print(f"[bold]partition[/] {partition} (cut-off {partition} 24:00 UTC)")
-        selection = dg.AssetSelection.keys(*partitioned)
-        _execute(job, instance, partition_key=partition, asset_selection=selection.resolve(defs.resolve_asset_graph()))
+        _execute(job, instance, partition_key=partition, asset_selection=list(partitioned))
     return 0
