@@ -97,6 +97,27 @@ class Settings:
     image_batch_size: int = 64
     embed_device: str = "cpu"
 
+    # Self-supervised training (hir_encoder) and inference (entity_embeddings); see hir.models.trainer.
+    train_steps: int = 300  # optimiser steps of a run from scratch
+    train_batch: int = 64  # positive edges per step (anchors = 4 x batch)
+    train_dim: int = 64  # encoder width
+    train_layers: int = 2
+    train_heads: int = 4
+    train_coarse: int = 8  # K1 coarse prototypes
+    train_fine: int = 48  # K2 fine prototypes
+    train_lr: float = 0.002
+    train_broad_tokens: int = 64  # teacher view size
+    train_narrow_tokens: int = 16  # student view size
+    train_w_proto: float = 1.0  # loss weights: prototype cross-entropy, hierarchy, engagement
+    train_w_hier: float = 0.5
+    train_w_eng: float = 1.0
+    train_checkpoint_every: int = 100
+    train_log_every: int = 10
+    # Warm-start a partition from the newest earlier partition's checkpoint, then fine-tune.
+    warm_start: bool = True
+    finetune_steps: int = 60
+    embed_batch: int = 256  # anchors per inference batch
+
     # Torch runtime: "auto" picks cuda when present.
     device: str = "auto"
 
