@@ -118,6 +118,15 @@ class Settings:
     finetune_steps: int = 60
     embed_batch: int = 256  # anchors per inference batch
 
+    # Bag-of-Meaning tokens (hir.models.quantizer, hir.bom).
+    bom_codes: str = "16,64,256"  # codewords per level, coarse first; the count is M codebooks
+    bom_iterations: int = 8  # alternating rounds of codebook least squares and code update
+    bom_train_sample: int = 100_000  # embeddings sampled to train the codebooks (all are encoded)
+    bom_interests: int = 10  # strongest interests (most engaged entities) added to a user's bag
+    bom_own_weight: float = 0.5  # share of an entity's own codes in its bag when it has interests
+    bom_tokens_per_level: int = 8  # tokens kept per level in a bag (largest weights)
+    bom_rerank: int = 200  # candidates re-ranked by embedding score in `hir retrieve` (0 = off)
+
     # Torch runtime: "auto" picks cuda when present.
     device: str = "auto"
 
