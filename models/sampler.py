@@ -1,0 +1,356 @@
+"""Importance-sampled views of a :class:`~hir.models.graph.TemporalGraph`, batched in torch.
+
+A *view* of an anchor is a token sequence — the anchor first — of the nodes that short random
+walks with restart from the anchor land on most often (PinSage-style importance sampling), over
+the snapshot's time-decayed edge weights. The walks run for the whole batch at once: a Python loop
+runs over walk *steps*, never over anchors.
+
+Walk process (per anchor, ``walkers`` walkers in parallel, ``steps`` steps each). A walker at node
+``u``, ``h`` hops from the anchor, first restarts at the anchor (``h ← 0``) with probability
+``restart`` or when ``h = hops``; it then moves along an edge ``e`` of its current node chosen with
+probability ``w_e / Σ_{e' ∈ out(u)} w_{e'}`` and records a visit of the edge's head at hop ``h + 1``.
+A step that finds no edge (a node without usable edges, or an edge removed by edge dropout)
+restarts the walker instead. Edge dropout removes each edge from a view independently with
+probability ``edge_dropout`` (a hash of the edge and a per-view salt from the generator, so a
+removed edge stays removed for every walker of that view).
+
+Token selection. Let ``c(v)`` be the number of visits of ``v`` and ``m(v)`` its smallest visit
+hop. The token's parent is the node the walker came from on its first lowest-hop visit (its hop is
+``< m(v)``), which gives a tree rooted at the anchor. Tokens are ranked by the closed score
+``s(v) = min(c(v), s(parent(v)))`` (the anchor has ``s = ∞``), then by ``m(v)``, then by node
+index; the first ``tokens`` are kept. A parent always ranks before its children, so the kept set
+is closed under parents and every token's path to the anchor lies inside the view.
+
+Per token the view carries: node index, type, entity id, metadata, hop (depth in the view tree),
+landing probability ``c(v) / (walkers · steps)`` (1 for the anchor), the edge that brought it in
+(type, decayed weight, ``cutoff − last_ts`` in seconds; the anchor gets the reserved edge type
+``len(graph.edge_types)``), its parent's position and its ancestors by depth. Only edges with
+``last_ts < cutoff`` and a positive finite weight exist to the sampler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from hir.models.graph import TemporalGraph
+from hir.models.hashing import uniform_hash
+
+
+@dataclass
+class SamplerConfig:
+    """Sizes and walk settings of the broad (teacher) and narrow (student) views.
+
+    Attributes:
+        broad_tokens: tokens per broad view, anchor included.
+        broad_hops: the farthest hop a broad-view walker goes before it restarts.
+        broad_walkers: parallel walkers per anchor for a broad view.
+        broad_steps: steps per walker for a broad view (visits per anchor = walkers · steps).
+        broad_edge_dropout: probability that an edge is removed from a broad view.
+        narrow_tokens: tokens per narrow view, anchor included.
+        narrow_hops: hops of a narrow view (1: the anchor's direct neighbours).
+        narrow_walkers: parallel walkers per anchor for a narrow view.
+        narrow_steps: steps per walker for a narrow view.
+        edge_dropout: probability that an edge is removed from a narrow view.
+        restart_prob: per-step probability that a walker jumps back to the anchor.
+    """
+
+    broad_tokens: int = 128
+    broad_hops: int = 3
+    broad_walkers: int = 32
+    broad_steps: int = 16
+    broad_edge_dropout: float = 0.0
+    narrow_tokens: int = 16
+    narrow_hops: int = 1
+    narrow_walkers: int = 16
+    narrow_steps: int = 4
+    edge_dropout: float = 0.2
+    restart_prob: float = 0.3
+
+
+@dataclass
+class View:
+    """A batch of views: tensors ``[B, S]`` unless noted, the anchor at position 0.
+
+    Attributes:
+        node: node index into the graph, -1 for padding.
+        node_type: node type id (0 for padding).
+        entity_id: warehouse entity id, hashed by the encoder (0 for padding).
+        meta: ``[B, S, F]`` node metadata (``graph.node_features``; zeros for padding).
+        hop: depth in the view tree (0 for the anchor and padding).
+        rw_prob: random-walk landing probability from the anchor (1 for the anchor, 0 for padding).
+        edge_type: type of the edge that brought the token in; ``num_edge_types`` (reserved) for
+            the anchor and padding.
+        edge_weight: time-decayed weight of that edge (0 for the anchor and padding).
+        edge_dt: ``cutoff − last_ts`` of that edge in seconds (0 for the anchor and padding).
+        parent: position in the view of the token that brought this one in (-1 for the anchor
+            and padding).
+        ancestors: ``[B, S, max_depth + 1]`` position of the token's ancestor at each depth,
+            itself at depth ``hop``, -1 below it and for padding.
+        pad: True where the position is padding.
+    """
+
+    node: torch.Tensor
+    node_type: torch.Tensor
+    entity_id: torch.Tensor
+    meta: torch.Tensor
+    hop: torch.Tensor
+    rw_prob: torch.Tensor
+    edge_type: torch.Tensor
+    edge_weight: torch.Tensor
+    edge_dt: torch.Tensor
+    parent: torch.Tensor
+    ancestors: torch.Tensor
+    pad: torch.Tensor
+
+    @property
+    def depth(self) -> torch.Tensor:
+        """Depth in the view tree (the same as ``hop``)."""
+        return self.hop
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.node.shape[0])
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.node.shape[1])
+
+    def to(self, device: torch.device | str) -> "View":
+        """The same view with every tensor on ``device``."""
+        return View(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+
+
+def ancestors_from_parent(parent: torch.Tensor, depth: torch.Tensor, pad: torch.Tensor, max_depth: int) -> torch.Tensor:
+    """``[B, S, max_depth + 1]`` ancestor positions from parent pointers.
+
+    ``ancestors[b, i, depth[b, i]] = i`` and ``ancestors[b, i, d - 1] = parent[b, ancestors[b, i, d]]``;
+    entries deeper than the token, and every entry of a padding token, are -1.
+
+    Args:
+        parent: ``[B, S]`` parent positions, -1 at the root and padding.
+        depth: ``[B, S]`` depth of each token (root 0), at most ``max_depth``.
+        pad: ``[B, S]`` True for padding.
+        max_depth: the largest depth in the batch's view configuration.
+    """
+    batch, seq = parent.shape
+    ancestors = torch.full((batch, seq, max_depth + 1), -1, dtype=torch.int64, device=parent.device)
+    rows = torch.arange(batch, device=parent.device).unsqueeze(1).expand(batch, seq)
+    cols = torch.arange(seq, device=parent.device).unsqueeze(0).expand(batch, seq)
+    current = torch.where(pad, -1, cols)
+    for _ in range(max_depth + 1):
+        alive = current >= 0
+        safe = current.clamp_min(0)
+        level = depth.gather(1, safe).clamp(0, max_depth)
+        ancestors[rows[alive], cols[alive], level[alive]] = current[alive]
+        current = torch.where(alive, parent.gather(1, safe), -1)
+    return ancestors
+
+
+@dataclass
+class _Visits:
+    """Flat walk records: one entry per successful step, plus one hop-0 entry per anchor."""
+
+    view: torch.Tensor  # which anchor of the batch
+    node: torch.Tensor  # node visited
+    hop: torch.Tensor  # hops from the anchor on this walk
+    prev: torch.Tensor  # node the walker came from
+    edge: torch.Tensor  # CSR entry traversed (-1 for the anchor entries)
+    counted: torch.Tensor  # float: 1 for a step, 0 for an anchor entry
+
+
+class ViewSampler:
+    """Samples broad and narrow views of a batch of anchors from a snapshot.
+
+    Args:
+        graph: the snapshot; its merged symmetric CSR is walked.
+        config: view sizes and walk settings.
+    """
+
+    def __init__(self, graph: TemporalGraph, config: SamplerConfig | None = None):
+        self.graph = graph
+        self.config = config or SamplerConfig()
+        csr = graph.csr
+        self.indptr = csr.indptr
+        self.indices = csr.indices
+        self.edge_type = csr.edge_type
+        self.last_ts = csr.last_ts
+        self.weight = csr.weight
+        self.num_nodes = graph.num_nodes
+        self.anchor_edge_type = len(graph.edge_types)
+        # An edge exists to the sampler only if it lies strictly before the cut-off with a usable weight.
+        self.usable = (csr.last_ts < graph.cutoff) & torch.isfinite(csr.weight) & (csr.weight > 0)
+        walk_weight = torch.where(self.usable, csr.weight.double(), 0.0)
+        self.cum = torch.cumsum(walk_weight, 0)
+        self.cum0 = torch.cat([self.cum.new_zeros(1), self.cum])
+
+    def broad(self, anchors: torch.Tensor, generator: torch.Generator) -> View:
+        """Broad (teacher) views: ``broad_hops`` hops, ``broad_tokens`` tokens per anchor."""
+        c = self.config
+        return self.sample(anchors, generator, c.broad_tokens, c.broad_hops, c.broad_walkers, c.broad_steps, c.broad_edge_dropout)
+
+    def narrow(self, anchors: torch.Tensor, generator: torch.Generator) -> View:
+        """Narrow (student) views: ``narrow_hops`` hops, ``narrow_tokens`` tokens, edge dropout."""
+        c = self.config
+        return self.sample(anchors, generator, c.narrow_tokens, c.narrow_hops, c.narrow_walkers, c.narrow_steps, c.edge_dropout)
+
+    def sample(
+        self,
+        anchors: torch.Tensor,
+        generator: torch.Generator,
+        tokens: int,
+        hops: int,
+        walkers: int,
+        steps: int,
+        edge_dropout: float,
+    ) -> View:
+        """Views of ``anchors`` (int64 ``[B]`` node indices) with the given sizes; see the module doc.
+
+        Args:
+            anchors: node indices of the anchors.
+            generator: the only source of randomness, so a seed reproduces the views.
+            tokens: tokens per view, anchor included.
+            hops: farthest hop of a walker before it restarts.
+            walkers: parallel walkers per anchor.
+            steps: steps per walker.
+            edge_dropout: probability that an edge is removed from a view.
+        """
+        anchors = anchors.to(torch.int64).reshape(-1)
+        if anchors.numel() and (anchors.min() < 0 or anchors.max() >= self.num_nodes):
+            raise ValueError(f"anchor indices must lie in [0, {self.num_nodes}); got [{int(anchors.min())}, {int(anchors.max())}]")
+        visits = self._walk(anchors, generator, hops, walkers, steps, edge_dropout)
+        return self._select(anchors, visits, tokens, hops, float(walkers * steps))
+
+    def _walk(
+        self, anchors: torch.Tensor, generator: torch.Generator, hops: int, walkers: int, steps: int, edge_dropout: float
+    ) -> _Visits:
+        """Run ``walkers`` walkers per anchor for ``steps`` steps; return every successful step."""
+        batch = anchors.numel()
+        view = torch.arange(batch).repeat_interleave(walkers)
+        start = anchors.repeat_interleave(walkers)
+        salt = torch.randint(0, 1 << 31, (batch,), generator=generator)[view]
+        current, hop = start.clone(), torch.zeros_like(start)
+        records = []
+        last_edge = max(self.indices.numel() - 1, 0)
+        for _ in range(steps):
+            draw = torch.rand(view.numel(), 2, generator=generator, dtype=torch.float64)
+            restart = (draw[:, 0] < self.config.restart_prob) | (hop >= hops)
+            current = torch.where(restart, start, current)
+            hop = torch.where(restart, 0, hop)
+            lo, hi = self.indptr[current], self.indptr[current + 1]
+            base = self.cum0[lo]
+            total = self.cum0[hi] - base
+            edge = torch.searchsorted(self.cum, base + draw[:, 1] * total, right=True)
+            edge = torch.minimum(torch.maximum(edge, lo), hi - 1).clamp(0, last_edge)
+            ok = (total > 0) & self.usable[edge] if self.indices.numel() else torch.zeros_like(restart)
+            if edge_dropout > 0:
+                ok &= uniform_hash(edge, salt) >= edge_dropout
+            nxt = self.indices[edge] if self.indices.numel() else current
+            records.append((view[ok], nxt[ok], hop[ok] + 1, current[ok], edge[ok]))
+            current = torch.where(ok, nxt, start)
+            hop = torch.where(ok, hop + 1, 0)
+        v, n, h, p, e = (torch.cat(parts) for parts in zip(*records)) if records else [torch.zeros(0, dtype=torch.int64)] * 5
+        ids = torch.arange(batch)
+        return _Visits(
+            view=torch.cat([v, ids]),
+            node=torch.cat([n, anchors]),
+            hop=torch.cat([h, torch.zeros_like(ids)]),
+            prev=torch.cat([p, anchors]),
+            edge=torch.cat([e, torch.full_like(ids, -1)]),
+            counted=torch.cat([torch.ones(v.numel(), dtype=torch.float64), torch.zeros(batch, dtype=torch.float64)]),
+        )
+
+    def _select(self, anchors: torch.Tensor, visits: _Visits, tokens: int, hops: int, total_visits: float) -> View:
+        """Aggregate visits per (view, node), build the tree, keep the top ``tokens`` per view."""
+        n = self.num_nodes
+        batch = anchors.numel()
+        uniq, inv = torch.unique(visits.view * n + visits.node, return_inverse=True)
+        count = torch.zeros(uniq.numel(), dtype=torch.float64).index_add_(0, inv, visits.counted)
+        min_hop = torch.full((uniq.numel(),), hops + 1, dtype=torch.int64).scatter_reduce_(0, inv, visits.hop, "amin")
+        # The first lowest-hop visit of each (view, node) defines its tree edge.
+        order = visits.hop * visits.hop.numel() + torch.arange(visits.hop.numel())
+        first = torch.full_like(min_hop, order.numel() * (hops + 2)).scatter_reduce_(0, inv, order, "amin")
+        first = first % visits.hop.numel()
+        view_of = uniq // n
+        parent_u = torch.searchsorted(uniq, view_of * n + visits.prev[first])
+        score, depth = self._closed_score(count, min_hop, parent_u, hops)
+        rank = self._rank(view_of, score, min_hop, batch)
+        keep = rank < tokens
+        return self._assemble(anchors, uniq, keep, rank, parent_u, depth, count / total_visits, visits.edge[first], tokens, hops)
+
+    @staticmethod
+    def _closed_score(count: torch.Tensor, min_hop: torch.Tensor, parent_u: torch.Tensor, hops: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``s(v) = min(c(v), s(parent(v)))`` with ``s(anchor) = ∞``, and the tree depth, level by level."""
+        score = torch.where(min_hop == 0, torch.inf, count)
+        depth = torch.zeros_like(min_hop)
+        for level in range(1, hops + 1):
+            at = (min_hop == level).nonzero(as_tuple=True)[0]
+            score[at] = torch.minimum(count[at], score[parent_u[at]])
+            depth[at] = depth[parent_u[at]] + 1
+        return score, depth
+
+    @staticmethod
+    def _rank(view_of: torch.Tensor, score: torch.Tensor, min_hop: torch.Tensor, batch: int) -> torch.Tensor:
+        """Rank within each view by score (descending), then min hop, then node index."""
+        perm = torch.argsort(min_hop, stable=True)
+        perm = perm[torch.argsort(-score[perm], stable=True)]
+        perm = perm[torch.argsort(view_of[perm], stable=True)]
+        starts = torch.cumsum(torch.bincount(view_of, minlength=batch), 0) - torch.bincount(view_of, minlength=batch)
+        rank = torch.empty_like(perm)
+        rank[perm] = torch.arange(perm.numel()) - starts[view_of[perm]]
+        return rank
+
+    def _assemble(
+        self,
+        anchors: torch.Tensor,
+        uniq: torch.Tensor,
+        keep: torch.Tensor,
+        rank: torch.Tensor,
+        parent_u: torch.Tensor,
+        depth: torch.Tensor,
+        rw_prob: torch.Tensor,
+        edge: torch.Tensor,
+        tokens: int,
+        hops: int,
+    ) -> View:
+        """Scatter the kept tokens into padded ``[B, tokens]`` tensors."""
+        g = self.graph
+        batch = anchors.numel()
+        b, slot = uniq[keep] // self.num_nodes, rank[keep]
+        node_k = uniq[keep] % self.num_nodes
+        is_anchor = edge[keep] < 0
+        e = edge[keep].clamp_min(0)
+        node = torch.full((batch, tokens), -1, dtype=torch.int64)
+        node[b, slot] = node_k
+        pad = node < 0
+        safe = node.clamp_min(0)
+
+        def scattered(values: torch.Tensor, fill: float | int, dtype: torch.dtype) -> torch.Tensor:
+            out = torch.full((batch, tokens), fill, dtype=dtype)
+            out[b, slot] = values.to(dtype)
+            return out
+
+        if self.indices.numel():
+            etype = torch.where(is_anchor, self.anchor_edge_type, self.edge_type[e])
+            eweight = torch.where(is_anchor, 0.0, self.weight[e].double())
+            edt = torch.where(is_anchor, 0.0, g.cutoff - self.last_ts[e])
+        else:
+            etype = torch.full_like(node_k, self.anchor_edge_type)
+            eweight = edt = torch.zeros(node_k.numel(), dtype=torch.float64)
+        parent = scattered(torch.where(is_anchor, -1, rank[parent_u[keep]]), -1, torch.int64)
+        hop = scattered(depth[keep], 0, torch.int64)
+        return View(
+            node=node,
+            node_type=torch.where(pad, 0, g.node_type[safe]),
+            entity_id=torch.where(pad, 0, g.entity_id[safe]),
+            meta=torch.where(pad.unsqueeze(-1), 0.0, g.node_features[safe]),
+            hop=hop,
+            rw_prob=scattered(torch.where(is_anchor, 1.0, rw_prob[keep]), 0.0, torch.float32),
+            edge_type=scattered(etype, self.anchor_edge_type, torch.int64),
+            edge_weight=scattered(eweight, 0.0, torch.float32),
+            edge_dt=scattered(edt, 0.0, torch.float32),
+            parent=parent,
+            ancestors=ancestors_from_parent(parent, hop, pad, hops),
+            pad=pad,
+        )
