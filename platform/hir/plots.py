@@ -30,11 +30,11 @@ def png_markdown(fig, title: str = "", dpi: int = 80) -> dg.MetadataValue:
     return dg.MetadataValue.md(f"![{title}](data:image/png;base64,{encoded})")
 
 
-def figure(width: float = 5.0, height: float = 3.0):
-    """A new headless (Agg) figure and axes of ``width`` x ``height`` inches."""
+def figure(width: float = 5.0, height: float = 3.0, nrows: int = 1, ncols: int = 1):
+    """A new headless (Agg) figure of ``width`` x ``height`` inches and its ``nrows`` x ``ncols`` axes."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    return plt.subplots(figsize=(width, height))
+    return plt.subplots(nrows, ncols, figsize=(width, height))

@@ -1,0 +1,211 @@
+"""The snapshot SQL: temporal cut-off, decayed weights, node table, windows and the checks' teeth."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from datetime import datetime, timedelta, timezone
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from snapshot_data import DAY0, fill, tiny_warehouse
+
+from conftest import shared_data
+from hir.settings import Settings
+from hir.snapshot import build_snapshot, build_windows, verify_snapshot, verify_windows
+from hir.warehouse import connect
+
+UTC = timezone.utc
+TYPES = ["click", "view", "purchase", "unlisted"]  # "unlisted" uses the default half-life
+
+
+def _edges_by_entity(folder) -> dict[tuple[int, int, str], dict]:
+    nodes = pq.read_table(folder / "nodes.parquet").column("entity_id").to_pylist()
+    out = {}
+    for e in pq.read_table(folder / "edges.parquet").to_pylist():
+        out[(nodes[e["src"]], nodes[e["dst"]], e["edge_type"])] = e
+    return out
+
+
+def _expected(events, cutoff: datetime, settings: Settings) -> dict[tuple[int, int, str], dict]:
+    """Direct Python aggregation: count, last time and Σ 2^(-(T - ts)/half-life) of events before T."""
+    acc = defaultdict(lambda: {"count": 0, "last_ts": -math.inf, "weight": 0.0})
+    for src, dst, kind, ts, _ in events:
+        if ts >= cutoff:
+            continue
+        edge = acc[(src, dst, kind)]
+        age_days = (cutoff - ts).total_seconds() / 86400
+        edge["count"] += 1
+        edge["last_ts"] = max(edge["last_ts"], ts.timestamp())
+        edge["weight"] += 2.0 ** (-age_days / settings.half_life(kind))
+    return dict(acc)
+
+
+event_logs = st.lists(
+    st.tuples(
+        st.integers(0, 5),  # user
+        st.integers(10, 16),  # item
+        st.sampled_from(TYPES),
+        st.integers(0, 10 * 86400),  # seconds after DAY0
+    ),
+    max_size=40,
+)
+
+
+@hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    raw=event_logs,
+    cut=st.one_of(st.integers(0, 10 * 86400), st.just(None)),
+    half_lives=st.fixed_dictionaries({"click": st.floats(0.5, 30), "view": st.floats(0.5, 30)}),
+    default_half_life=st.floats(0.5, 30),
+)
+def test_no_edge_at_or_after_cutoff_and_weights_match_python(tmp_path_factory, raw, cut, half_lives, default_half_life):
+    # cut=None puts the cut-off exactly on an event's time (the boundary case), when there is one.
+    seconds = cut if cut is not None or not raw else raw[len(raw) // 2][3]
+    cutoff = DAY0 + timedelta(seconds=seconds or 0)
+    events = [(u, i, k, DAY0 + timedelta(seconds=s), 1.0) for u, i, k, s in raw]
+    settings = Settings.from_env(env={}, half_life_days=half_lives, default_half_life_days=default_half_life, threads=1)
+    out = tmp_path_factory.mktemp("snap")
+    with connect(":memory:") as con:
+        fill(con, events)
+        build_snapshot(con, cutoff, settings, out)
+        checks = verify_snapshot(con, out, cutoff)
+
+    got = _edges_by_entity(out)
+    want = _expected(events, cutoff, settings)
+    assert set(got) == set(want)
+    for key, edge in got.items():
+        assert edge["last_ts"] < cutoff.timestamp()
+        assert edge["count"] == want[key]["count"]
+        assert edge["last_ts"] == want[key]["last_ts"]
+        assert edge["weight"] == pytest.approx(want[key]["weight"], rel=1e-9)
+    assert all(passed for passed, _ in checks.values()), checks
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    path = tmp_path / "w.duckdb"
+    tiny_warehouse(path)
+    return path
+
+
+def test_snapshot_of_tiny_warehouse(tiny, tmp_path):
+    cutoff = DAY0 + timedelta(days=4)  # partition 2026-01-04
+    settings = Settings.from_env(env={}, threads=1)
+    with connect(tiny, read_only=True) as con:
+        summary = build_snapshot(con, cutoff, settings, tmp_path)
+    nodes = pq.read_table(tmp_path / "nodes.parquet").to_pylist()
+    edges = _edges_by_entity(tmp_path)
+
+    # Product 12 and its relation start exactly at T: not in the snapshot.
+    assert [n["entity_id"] for n in nodes] == [1, 2, 10, 11, 20]
+    assert [n["entity_type"] for n in nodes] == ["user", "user", "product", "product", "category"]
+    assert [n["type_id"] for n in nodes] == [2, 2, 1, 1, 0]
+    assert set(edges) == {(1, 10, "click"), (2, 10, "view"), (2, 11, "purchase"), (10, 20, "in_category"), (11, 20, "in_category")}
+    click = edges[(1, 10, "click")]
+    assert click["count"] == 2
+    assert click["weight"] == pytest.approx(2 ** (-3 / 7) + 2 ** (-1 / 7))
+    relation = edges[(10, 20, "in_category")]
+    assert (relation["count"], relation["weight"], relation["last_ts"]) == (1, 1.0, DAY0.timestamp())
+    # The purchase one second before T is in, with weight 2^(-1s / 21 days).
+    assert edges[(2, 11, "purchase")]["weight"] == pytest.approx(2 ** (-1 / (21 * 86400)))
+
+    by_id = {n["entity_id"]: n for n in nodes}
+    assert by_id[10]["degree"] == 3 and by_id[20]["degree"] == 2 and by_id[1]["degree"] == 1
+    assert by_id[1]["age_days"] == pytest.approx(3.0)
+    assert by_id[20]["age_days"] == pytest.approx(4.0)
+    assert by_id[2]["activity"] == 2 and by_id[20]["activity"] == 0
+    assert summary.rows_used == 6 and summary.num_nodes == 5 and summary.num_edges == 5
+
+
+def test_windows_are_chronological_and_split(tiny, tmp_path):
+    cutoff = DAY0 + timedelta(days=4)
+    settings = Settings.from_env(env={}, val_days=1.0, test_days=1.0, threads=1)
+    with connect(tiny, read_only=True) as con:
+        meta = build_windows(con, cutoff, settings, tmp_path)
+        passed, _ = verify_windows(con, tmp_path, cutoff, settings)
+    rows = pq.read_table(tmp_path / "windows.parquet").to_pylist()
+    assert [(r["src"], r["dst"], r["split"]) for r in rows] == [(1, 12, "validation"), (2, 12, "validation"), (1, 12, "test")]
+    assert rows[0]["ts"] == cutoff
+    assert (meta["validation_rows"], meta["test_rows"]) == (2, 1)
+    assert meta["test_start"] == (cutoff + timedelta(days=1)).timestamp()
+    assert passed
+
+
+def _rewrite(path, column: str, index: int, value) -> None:
+    table = pq.read_table(path)
+    values = table.column(column).to_pylist()
+    values[index] = value
+    pq.write_table(table.set_column(table.schema.get_field_index(column), column, pa.array(values, table.schema.field(column).type)), path)
+
+
+def test_checks_fail_on_a_future_edge_and_a_missing_endpoint(tiny, tmp_path):
+    cutoff = DAY0 + timedelta(days=4)
+    with connect(tiny, read_only=True) as con:
+        build_snapshot(con, cutoff, Settings.from_env(env={}, threads=1), tmp_path)
+        assert all(p for p, _ in verify_snapshot(con, tmp_path, cutoff).values())
+        _rewrite(tmp_path / "edges.parquet", "last_ts", 0, cutoff.timestamp())
+        _rewrite(tmp_path / "edges.parquet", "dst", 1, 99)
+        checks = verify_snapshot(con, tmp_path, cutoff)
+    assert not checks["no_future_events"][0]
+    assert not checks["edge_endpoints_exist"][0]
+    assert checks["edge_endpoints_exist"][1]["bad_endpoints"] == 1
+
+
+def test_windows_check_fails_on_overlap_with_training(tiny, tmp_path):
+    cutoff = DAY0 + timedelta(days=4)
+    settings = Settings.from_env(env={}, threads=1)
+    with connect(tiny, read_only=True) as con:
+        build_windows(con, cutoff, settings, tmp_path)
+        _rewrite(tmp_path / "windows.parquet", "ts", 0, cutoff - timedelta(seconds=1))
+        assert not verify_windows(con, tmp_path, cutoff, settings)[0]
+        build_windows(con, cutoff, settings, tmp_path)
+        _rewrite(tmp_path / "windows.parquet", "split", 2, "validation")  # a test-window row marked validation
+        assert not verify_windows(con, tmp_path, cutoff, settings)[0]
+
+
+LOAD_TAOBAO = """
+CREATE TEMP TABLE raw AS
+SELECT column0::VARCHAR AS user_key, column1::VARCHAR AS item_key, column2::VARCHAR AS category_key,
+       column3 AS behavior, to_timestamp(column4) AS ts
+FROM read_csv(?, header = false, columns = {'column0': 'BIGINT', 'column1': 'BIGINT', 'column2': 'BIGINT',
+                                          'column3': 'VARCHAR', 'column4': 'BIGINT'});
+INSERT INTO entities
+SELECT row_number() OVER (ORDER BY entity_type, source_key) - 1, entity_type, source_key, min(ts), NULL
+FROM (SELECT 'user' AS entity_type, user_key AS source_key, ts FROM raw
+      UNION ALL SELECT 'product', item_key, ts FROM raw
+      UNION ALL SELECT 'category', category_key, ts FROM raw)
+GROUP BY entity_type, source_key;
+INSERT INTO events
+SELECT u.entity_id, i.entity_id, r.behavior, r.ts, 1.0
+FROM raw r JOIN entities u ON u.entity_type = 'user' AND u.source_key = r.user_key
+           JOIN entities i ON i.entity_type = 'product' AND i.source_key = r.item_key;
+INSERT INTO relations
+SELECT i.entity_id, c.entity_id, 'in_category', min(r.ts)
+FROM raw r JOIN entities i ON i.entity_type = 'product' AND i.source_key = r.item_key
+           JOIN entities c ON c.entity_type = 'category' AND c.source_key = r.category_key
+GROUP BY ALL;
+"""
+
+
+def test_taobao_snapshot_has_nothing_on_or_after_the_cutoff_day(tmp_path):
+    csv = shared_data("taobao_userbehavior") / "UserBehavior_head.csv"
+    cutoff = datetime(2017, 12, 2, tzinfo=UTC)
+    settings = Settings.from_env(env={}, threads=2)
+    with connect(tmp_path / "w.duckdb") as con:
+        statements = [q for q in LOAD_TAOBAO.split(";") if q.strip()]
+        con.execute(statements[0], [str(csv)])
+        for statement in statements[1:]:
+            con.execute(statement)
+        later = con.execute("SELECT count(*) FROM events WHERE ts >= ?", [cutoff]).fetchone()[0]
+        summary = build_snapshot(con, cutoff, settings, tmp_path)
+        checks = verify_snapshot(con, tmp_path, cutoff)
+    assert later > 0  # the file does hold events on and after the cut-off day
+    edges = pq.read_table(tmp_path / "edges.parquet")
+    assert max(edges.column("last_ts").to_pylist()) < cutoff.timestamp()
+    assert set(edges.column("edge_type").to_pylist()) == {"pv", "cart", "fav", "buy", "in_category"}
+    assert summary.num_edges == edges.num_rows > 0
+    assert all(passed for passed, _ in checks.values()), checks
