@@ -1,0 +1,154 @@
+"""Graph stage: the temporal graph snapshot and the evaluation windows of a daily partition (DESIGN §5).
+
+Partition ``D`` has cut-off ``T`` = midnight UTC after ``D``. ``graph_snapshot`` holds only what
+happened before ``T``; ``eval_windows`` holds the validation and test events after it. The SQL lives
+in :mod:`hir.snapshot`; blocking checks re-read the written files and fail a snapshot that holds
+anything at or after ``T`` or an edge without its nodes, and windows that overlap the training data.
+"""
+
+from datetime import datetime, timezone
+
+import dagster as dg
+
+from hir.partitions import cutoff_of, daily_partitions
+from hir.resources import ArtifactStore, Warehouse
+from hir.settings import Settings
+
+PARTITIONS = daily_partitions()
+PREVIEW_ROWS = 10
+
+
+def _type_table(counts: dict[str, int], what: str) -> str:
+    rows = "".join(f"| {name} | {n:,} |\n" for name, n in sorted(counts.items()))
+    return f"| {what} | rows |\n|---|---|\n{rows}" if counts else f"no {what}s"
+
+
+def _preview(folder) -> dg.MetadataValue:
+    """The first edges of the snapshot, endpoints shown as ``entity_type:entity_id``."""
+    import pyarrow.parquet as pq
+
+    nodes = pq.read_table(folder / "nodes.parquet", columns=["entity_id", "entity_type"]).to_pylist()
+    edges = pq.read_table(folder / "edges.parquet").slice(0, PREVIEW_ROWS).to_pylist()
+    label = [f"{n['entity_type']}:{n['entity_id']}" for n in nodes]
+    lines = ["| src | dst | edge_type | count | last_ts | weight |", "|---|---|---|---|---|---|"]
+    for e in edges:
+        when = datetime.fromtimestamp(e["last_ts"], tz=timezone.utc).isoformat(timespec="seconds")
+        lines.append(
+            f"| {label[e['src']]} | {label[e['dst']]} | {e['edge_type']} | {e['count']} | {when} | {e['weight']:.3f} |"
+        )
+    return dg.MetadataValue.md("\n".join(lines) if edges else "no edges")
+
+
+def _plot(folder, summary) -> dg.MetadataValue:
+    """Degree distribution (log-log) beside the edge count per type."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from hir.plots import figure, png_markdown
+
+    degree = pq.read_table(folder / "nodes.parquet", columns=["degree"]).column(0).to_numpy()
+    fig, (left, right) = figure(9, 3.2, ncols=2)
+    values, counts = np.unique(degree[degree > 0], return_counts=True)
+    left.loglog(values, counts, ".", markersize=4)
+    left.set(title="degree distribution", xlabel="degree", ylabel="nodes")
+    types = sorted(summary.edges_per_type)
+    right.barh(types, [summary.edges_per_type[t] for t in types])
+    right.set(title="edges per type", xlabel="edges")
+    fig.tight_layout()
+    return png_markdown(fig, "graph snapshot")
+
+
+@dg.asset(
+    partitions_def=PARTITIONS,
+    deps=["events", "relations", "entities"],
+    group_name="graph",
+    kinds={"duckdb", "parquet"},
+    owners=["team:hir"],
+    description=(
+        "Typed, weighted, time-decayed graph before the partition's cut-off T: edges per "
+        "(src, dst, type) with count, last time and weight Σ 2^(-(T-ts)/half-life), relations valid "
+        "before T, and nodes with degree, age and 7-day activity."
+    ),
+    check_specs=[
+        dg.AssetCheckSpec(
+            "no_future_events", asset="graph_snapshot", blocking=True,
+            description="every edge's last_ts < T and the edge counts add up to exactly the events and relations before T",
+        ),
+        dg.AssetCheckSpec(
+            "edge_endpoints_exist", asset="graph_snapshot", blocking=True,
+            description="every edge endpoint is a row of the node table",
+        ),
+    ],
+)
+def graph_snapshot(context: dg.AssetExecutionContext, warehouse: Warehouse, artifacts: ArtifactStore):
+    from hir.snapshot import build_snapshot, verify_snapshot
+
+    settings = Settings.from_env()
+    cutoff = cutoff_of(context.partition_key)
+    with warehouse.connect(read_only=True) as con, artifacts.write_partition("graph_snapshot", context.partition_key) as out:
+        summary = build_snapshot(con, cutoff, settings, out)
+    folder = artifacts.path("graph_snapshot", context.partition_key)
+    with warehouse.connect(read_only=True) as con:
+        checks = verify_snapshot(con, folder, cutoff)
+    context.log.info(f"snapshot at {cutoff.isoformat()}: {summary.num_nodes} nodes, {summary.num_edges} edges")
+    yield dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": dg.MetadataValue.int(summary.num_edges),
+            "num_nodes": dg.MetadataValue.int(summary.num_nodes),
+            "num_edges": dg.MetadataValue.int(summary.num_edges),
+            "rows_used": dg.MetadataValue.int(summary.rows_used),
+            "cutoff": dg.MetadataValue.text(cutoff.isoformat()),
+            "nodes_per_type": dg.MetadataValue.md(_type_table(summary.nodes_per_type, "node type")),
+            "edges_per_type": dg.MetadataValue.md(_type_table(summary.edges_per_type, "edge type")),
+            "preview": _preview(folder),
+            "plot": _plot(folder, summary),
+            "path": dg.MetadataValue.path(str(folder)),
+        }
+    )
+    for name, (passed, metadata) in checks.items():
+        yield dg.AssetCheckResult(check_name=name, asset_key="graph_snapshot", passed=bool(passed), metadata=metadata)
+
+
+@dg.asset(
+    partitions_def=PARTITIONS,
+    deps=["events"],
+    group_name="graph",
+    kinds={"duckdb", "parquet"},
+    owners=["team:hir"],
+    description=(
+        "Evaluation events after the cut-off T: validation [T, T + val_days) and test "
+        "[T + val_days, T + val_days + test_days), one row per event with its split."
+    ),
+    check_specs=[
+        dg.AssetCheckSpec(
+            "windows_disjoint", asset="eval_windows", blocking=True,
+            description="no window event before T; validation and test rows inside their own bounds",
+        ),
+    ],
+)
+def eval_windows(context: dg.AssetExecutionContext, warehouse: Warehouse, artifacts: ArtifactStore):
+    from hir.snapshot import build_windows, verify_windows
+
+    settings = Settings.from_env()
+    cutoff = cutoff_of(context.partition_key)
+    with warehouse.connect(read_only=True) as con, artifacts.write_partition("eval_windows", context.partition_key) as out:
+        meta = build_windows(con, cutoff, settings, out)
+    folder = artifacts.path("eval_windows", context.partition_key)
+    with warehouse.connect(read_only=True) as con:
+        passed, check_metadata = verify_windows(con, folder, cutoff, settings)
+    table = (
+        "| split | from | to | rows |\n|---|---|---|---|\n"
+        f"| validation | {meta['cutoff_iso']} | {meta['test_start_iso']} | {meta['validation_rows']:,} |\n"
+        f"| test | {meta['test_start_iso']} | {meta['test_end_iso']} | {meta['test_rows']:,} |\n"
+    )
+    yield dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": dg.MetadataValue.int(meta["validation_rows"] + meta["test_rows"]),
+            "validation_rows": dg.MetadataValue.int(meta["validation_rows"]),
+            "test_rows": dg.MetadataValue.int(meta["test_rows"]),
+            "cutoff": dg.MetadataValue.text(meta["cutoff_iso"]),
+            "windows": dg.MetadataValue.md(table),
+            "path": dg.MetadataValue.path(str(folder)),
+        }
+    )
+    yield dg.AssetCheckResult(check_name="windows_disjoint", asset_key="eval_windows", passed=bool(passed), metadata=check_metadata)
