@@ -12,6 +12,7 @@ from typing import Iterator
 
 import dagster as dg
 
+from hir.embedders import ImageEmbedder, TextEmbedder
 from hir.settings import Settings
 from hir.storage import atomic_dir
 
@@ -69,8 +70,22 @@ class TorchRuntime(dg.ConfigurableResource):
 
 
 def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
+    from hir.feast_store import FeastStore
+
     return {
+        "feast": FeastStore.from_settings(settings),
         "warehouse": Warehouse(path=str(settings.warehouse_path), threads=settings.threads),
         "artifacts": ArtifactStore(root=str(settings.artifacts_dir)),
         "torch_runtime": TorchRuntime(device=settings.device, threads=settings.threads),
+        "text_embedder": TextEmbedder(
+            model=settings.text_model, batch_size=settings.text_batch_size, device=settings.embed_device
+        ),
+        "image_embedder": ImageEmbedder(
+            model=settings.image_model,
+            checkpoint=settings.image_checkpoint,
+            pretrained=settings.image_pretrained,
+            batch_size=settings.image_batch_size,
+            device=settings.embed_device,
+            base_dir=str(settings.data_home),
+        ),
     }
