@@ -1,0 +1,185 @@
+"""Inverted index over Bag-of-Meaning tokens: token → (entity, weight), in compact CSR arrays.
+
+Layout (``T`` distinct tokens, ``P`` postings, ``N`` entities):
+
+* ``tokens`` int64 ``[T]`` sorted; the postings of ``tokens[t]`` are ``offsets[t] : offsets[t+1]``
+  of ``rows`` (int64 entity row, ``0 … N−1``) and ``weights`` (float32 ``w(t, e)``);
+* ``entity_ids`` int64 ``[N]`` (warehouse ids) and ``entity_types`` int64 ``[N]`` (index into
+  ``type_names``) describe the rows.
+
+Retrieval for a query bag ``{(t, q_t)}`` scores every entity by weighted token overlap
+
+    s(e) = Σ_t q_t · w(t, e),
+
+computed by gathering the postings of the query's tokens and scatter-adding ``q_t · w(t, e)`` into
+a score vector; the top ``k`` (optionally of one entity type only) are returned. With a re-rank,
+the top ``candidates`` by overlap are re-ordered by the embedding score ``⟨u, v_e⟩``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class InvertedIndex:
+    """CSR postings; build with :meth:`build`, query with :meth:`search` and :meth:`explain`."""
+
+    tokens: torch.Tensor
+    offsets: torch.Tensor
+    rows: torch.Tensor
+    weights: torch.Tensor
+    entity_ids: torch.Tensor
+    entity_types: torch.Tensor
+    type_names: list[str]
+    _masks: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(
+        cls,
+        rows: torch.Tensor,
+        tokens: torch.Tensor,
+        weights: torch.Tensor,
+        entity_ids: torch.Tensor,
+        entity_types: torch.Tensor,
+        type_names: list[str],
+    ) -> "InvertedIndex":
+        """Index flattened bags.
+
+        Args:
+            rows: int64 ``[P]`` entity row of each (token, weight) pair.
+            tokens: int64 ``[P]`` token ids. weights: float ``[P]`` bag weights.
+            entity_ids: int64 ``[N]`` warehouse id per row. entity_types: int64 ``[N]`` type per row.
+            type_names: names of the type codes.
+        Pairs repeating a (token, row) are summed.
+        """
+        rows, tokens = rows.long(), tokens.long()
+        n = max(int(entity_ids.numel()), 1)
+        key = tokens * n + rows
+        key, inverse = torch.unique(key, sorted=True, return_inverse=True)
+        summed = torch.zeros(key.numel(), dtype=torch.float32).index_add_(0, inverse, weights.float())
+        post_tokens, post_rows = key // n, key % n
+        uniq, counts = torch.unique_consecutive(post_tokens, return_counts=True)
+        offsets = torch.zeros(uniq.numel() + 1, dtype=torch.int64)
+        offsets[1:] = torch.cumsum(counts, 0)
+        return cls(uniq, offsets, post_rows, summed, entity_ids.long(), entity_types.long(), list(type_names))
+
+    @property
+    def num_entities(self) -> int:
+        return int(self.entity_ids.numel())
+
+    def type_mask(self, entity_type: str) -> torch.Tensor:
+        """Boolean ``[N]``: rows of ``entity_type`` (cached); unknown types match nothing."""
+        if entity_type not in self._masks:
+            code = self.type_names.index(entity_type) if entity_type in self.type_names else -1
+            self._masks[entity_type] = self.entity_types == code
+        return self._masks[entity_type]
+
+    def postings(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Posting positions of ``tokens`` and, for each, the index of its query token."""
+        tokens = tokens.long()
+        slot = torch.searchsorted(self.tokens, tokens).clamp_max(max(self.tokens.numel() - 1, 0))
+        found = self.tokens[slot] == tokens if self.tokens.numel() else torch.zeros_like(tokens, dtype=torch.bool)
+        start = self.offsets[slot]
+        length = torch.where(found, self.offsets[slot + 1] - start, torch.zeros_like(start))
+        query_index = torch.repeat_interleave(torch.arange(tokens.numel()), length)
+        first = torch.cumsum(length, 0) - length
+        positions = start[query_index] + torch.arange(int(length.sum())) - first[query_index]
+        return positions, query_index
+
+    def candidates(
+        self, tokens: torch.Tensor, weights: torch.Tensor, budget: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Distinct candidate rows touched by the query and their exact overlap scores.
+
+        Args:
+            tokens, weights: the query bag.
+            budget: 0 gathers every posting of every query token. Otherwise the query's tokens are
+                taken shortest posting list first while their postings total at most ``budget``
+                (at least one token): their postings form the candidate set (MaxScore-style), and
+                the remaining, common tokens only add their weight to candidates found in their
+                row-sorted postings by binary search. An entity matching common tokens only is
+                then skipped; its score is at most the sum of those tokens' query weights.
+        """
+        tokens, weights = tokens.long(), weights.float()
+        slot = torch.searchsorted(self.tokens, tokens).clamp_max(max(self.tokens.numel() - 1, 0))
+        found = self.tokens[slot] == tokens if self.tokens.numel() else torch.zeros_like(tokens, dtype=torch.bool)
+        slot, weights = slot[found], weights[found]
+        start, end = self.offsets[slot], self.offsets[slot + 1]
+        length = end - start
+        order = torch.argsort(length, stable=True)
+        take = torch.cumsum(length[order], 0) <= budget if budget > 0 else torch.ones_like(order, dtype=torch.bool)
+        take[:1] = True
+        gathered, rest = order[take].tolist(), order[~take].tolist()
+        starts, ends = start.tolist(), end.tolist()
+        rows = torch.cat([self.rows[starts[i]:ends[i]] for i in gathered]) if gathered else self.rows[:0]
+        contrib = torch.cat([self.weights[starts[i]:ends[i]] * weights[i] for i in gathered]) if gathered else self.weights[:0]
+        buffer = torch.zeros(self.num_entities)
+        buffer.index_add_(0, rows, contrib)
+        marker = torch.empty(self.num_entities, dtype=torch.int64)
+        position = torch.arange(rows.numel())
+        marker[rows] = position
+        rows = rows[marker[rows] == position]
+        scores = buffer[rows]
+        for i in rest:
+            segment = self.rows[starts[i]:ends[i]]
+            at = torch.searchsorted(segment, rows).clamp_max(segment.numel() - 1)
+            hit = segment[at] == rows
+            scores += torch.where(hit, self.weights[starts[i] + at] * weights[i], 0.0)
+        return rows, scores
+
+    def scores(self, tokens: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """Dense ``[N]`` overlap scores ``s(e) = Σ_t q_t · w(t, e)``."""
+        rows, values = self.candidates(tokens, weights)
+        return torch.zeros(self.num_entities).index_put_((rows,), values)
+
+    def search(
+        self,
+        tokens: torch.Tensor,
+        weights: torch.Tensor,
+        k: int,
+        entity_type: str | None = None,
+        query_vector: torch.Tensor | None = None,
+        vectors: torch.Tensor | None = None,
+        candidates: int = 0,
+        budget: int = 0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top ``k`` rows (and their scores) for a query bag.
+
+        Args:
+            tokens, weights: the query bag. k: results wanted.
+            entity_type: keep only rows of this type.
+            query_vector, vectors, candidates: when all given, the top ``candidates`` rows by
+                overlap are re-ranked by ``vectors[row] · query_vector`` (``vectors`` ``[N, d]``)
+                and the scores returned are embedding scores.
+            budget: postings gathered for the candidate set (see :meth:`candidates`; 0 = all).
+        Only rows with a positive overlap are returned, so fewer than ``k`` may come back.
+        """
+        rows, scores = self.candidates(tokens, weights, budget)
+        keep = scores > 0
+        if entity_type is not None:
+            keep &= self.type_mask(entity_type)[rows]
+        rows, scores = rows[keep], scores[keep]
+        rerank = query_vector is not None and vectors is not None and candidates > 0
+        top = scores.topk(min(candidates if rerank else k, rows.numel()))
+        rows = rows[top.indices]
+        if not rerank:
+            return rows, top.values
+        best = (vectors[rows] @ query_vector.to(vectors.dtype)).topk(min(k, rows.numel()))
+        return rows[best.indices], best.values
+
+    def explain(self, tokens: torch.Tensor, weights: torch.Tensor, row: int) -> list[tuple[int, float]]:
+        """The query tokens that match entity ``row`` with their contributions ``q_t · w(t, e)``, largest first."""
+        positions, query_index = self.postings(tokens)
+        hit = self.rows[positions] == row
+        contrib = weights.float()[query_index[hit]] * self.weights[positions[hit]]
+        pairs = sorted(zip(tokens[query_index[hit]].tolist(), contrib.tolist()), key=lambda p: -p[1])
+        return pairs
+
+    def bag(self, row: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tokens and weights indexed for entity ``row`` (a full scan; for inspection)."""
+        hit = (self.rows == row).nonzero().squeeze(1)
+        token_of = torch.searchsorted(self.offsets, hit, right=True) - 1
+        return self.tokens[token_of], self.weights[hit]

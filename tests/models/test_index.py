@@ -1,0 +1,111 @@
+"""Inverted index: postings, typed weighted-overlap retrieval, re-rank and explanations."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hir.models.index import InvertedIndex
+
+TYPES = ["ad", "product", "user"]
+
+
+@pytest.fixture(scope="module")
+def bags():
+    """60 entities with random bags of 4 tokens over 3 levels; types cycle ad, product, user."""
+    g = torch.Generator().manual_seed(0)
+    n = 60
+    rows = torch.arange(n).repeat_interleave(4)
+    tokens = torch.randint(3, (n * 4,), generator=g) * 1_000_000 + torch.randint(6, (n * 4,), generator=g)
+    weights = torch.rand(n * 4, generator=g) + 0.1
+    types = torch.arange(n) % 3
+    index = InvertedIndex.build(rows, tokens, weights, torch.arange(n) + 1000, types, TYPES)
+    dense = Dense(n)
+    dense.matrix.index_put_((rows, dense.col(tokens)), weights, accumulate=True)
+    return index, dense, types
+
+
+class Dense:
+    """Reference bag matrix ``[N, 3 levels × 6 codes]`` indexed by token id."""
+
+    def __init__(self, n: int):
+        self.matrix = torch.zeros(n, 18)
+        self.shape = self.matrix.shape
+
+    @staticmethod
+    def col(tokens: torch.Tensor) -> torch.Tensor:
+        return tokens // 1_000_000 * 6 + tokens % 1_000_000
+
+    def token(self, cols: torch.Tensor) -> torch.Tensor:
+        return cols // 6 * 1_000_000 + cols % 6
+
+    def overlap(self, tokens: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        return self.matrix[:, self.col(tokens)] @ weights
+
+
+def test_postings_are_sorted_compact_and_complete(bags):
+    index, dense, _ = bags
+    assert torch.all(index.tokens[1:] > index.tokens[:-1])
+    assert index.offsets[-1] == index.rows.numel() == (dense.matrix > 0).sum()
+    for row in range(dense.shape[0]):
+        tokens, weights = index.bag(row)
+        expected = dense.matrix[row].nonzero().squeeze(1)
+        assert torch.equal(tokens.sort().values, dense.token(expected))
+        assert torch.allclose(weights[tokens.argsort()], dense.matrix[row, expected])
+
+
+def test_scores_equal_weighted_overlap(bags):
+    index, dense, _ = bags
+    q_tokens = torch.tensor([5, 1_000_002, 2_000_004, 7_000_000])  # the last token is unknown
+    q_weights = torch.tensor([1.0, 0.5, 2.0, 9.0])
+    expected = dense.overlap(q_tokens[:3], q_weights[:3])
+    assert torch.allclose(index.scores(q_tokens, q_weights), expected)
+
+
+def test_budget_scores_candidates_exactly(bags):
+    index, dense, _ = bags
+    q_tokens, q_weights = torch.tensor([5, 1_000_002, 2_000_004]), torch.tensor([1.0, 0.5, 2.0])
+    rows, scores = index.candidates(q_tokens, q_weights, budget=1)
+    assert rows.unique().numel() == rows.numel()
+    assert torch.allclose(scores, dense.overlap(q_tokens, q_weights)[rows])
+
+
+@pytest.mark.parametrize("entity_type", TYPES)
+def test_search_returns_only_the_asked_type_best_first(bags, entity_type):
+    index, dense, types = bags
+    q_tokens, q_weights = torch.tensor([0, 1, 1_000_003, 2_000_001]), torch.ones(4)
+    rows, scores = index.search(q_tokens, q_weights, k=5, entity_type=entity_type)
+    assert rows.numel() > 0
+    assert all(TYPES[int(types[r])] == entity_type for r in rows)
+    assert torch.all(scores[:-1] >= scores[1:])
+    full = dense.overlap(q_tokens, q_weights).masked_fill(types != TYPES.index(entity_type), 0)
+    assert torch.allclose(scores, full.topk(rows.numel()).values)
+
+
+def test_unknown_type_and_tokens_return_nothing(bags):
+    index, *_ = bags
+    assert index.search(torch.tensor([0]), torch.ones(1), 5, entity_type="brand")[0].numel() == 0
+    assert index.search(torch.tensor([9_000_000]), torch.ones(1), 5)[0].numel() == 0
+
+
+def test_rerank_orders_candidates_by_embedding_score(bags):
+    index, dense, _ = bags
+    vectors = torch.randn(dense.shape[0], 8, generator=torch.Generator().manual_seed(1))
+    query = torch.randn(8, generator=torch.Generator().manual_seed(2))
+    q_tokens, q_weights = torch.tensor([0, 1, 2, 3]), torch.ones(4)
+    rows, scores = index.search(q_tokens, q_weights, 5, query_vector=query, vectors=vectors, candidates=20)
+    matched = index.scores(q_tokens, q_weights).topk(20)
+    pool = matched.indices[matched.values > 0]
+    best = (vectors[pool] @ query).topk(min(5, pool.numel()))
+    assert torch.equal(rows, pool[best.indices])
+    assert torch.allclose(scores, best.values)
+
+
+def test_explanation_contributions_sum_to_score(bags):
+    index, dense, _ = bags
+    q_tokens, q_weights = torch.tensor([0, 1, 1_000_003, 2_000_001]), torch.tensor([1.0, 2.0, 3.0, 4.0])
+    rows, scores = index.search(q_tokens, q_weights, 3)
+    for row, score in zip(rows.tolist(), scores.tolist()):
+        parts = index.explain(q_tokens, q_weights, row)
+        assert sum(c for _, c in parts) == pytest.approx(score, rel=1e-5)
+        assert all(dense.matrix[row, dense.col(torch.tensor(t))] > 0 for t, _ in parts)
