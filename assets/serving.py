@@ -1,0 +1,142 @@
+"""Serving (DESIGN §9): feature tables for Feast, the Feast registry and the online store.
+
+``feature_tables`` splits a partition's entity embeddings (with their BoM tokens) into one Parquet
+table per entity type, timestamped at the partition's cut-off; blocking checks guard the hand-over
+to Feast (finite vectors, the right dimension, one row per entity and cut-off). ``feast_registry``
+applies the repository; ``feast_online`` materialises the partition into the SQLite online store.
+"""
+
+from pathlib import Path
+
+import dagster as dg
+
+from hir.feast_store import FeastStore, check_feature_table, newest_cutoff, table_path, table_types, view_name
+from hir.partitions import cutoff_of, daily_partitions
+from hir.resources import ArtifactStore
+
+CHECKS = {
+    "finite_vectors": ("nonfinite_rows", "every embedding holds finite numbers only"),
+    "embedding_dim": ("wrong_dim_rows", "every embedding has the dimension of the partition's model"),
+    "one_row_per_entity": ("duplicate_rows", "one row per entity and cut-off in every table"),
+}
+
+
+@dg.asset(
+    deps=["entity_embeddings", "bom_tokens"],
+    partitions_def=daily_partitions(),
+    group_name="serving",
+    kinds={"parquet", "feast"},
+    owners=["team:hir"],
+    description="Feast offline source: one Parquet table per entity type and partition "
+                "(<type>_key, entity_id, hir_embedding, bom_tokens, bom_weights, coarse/fine interest, "
+                "model_version, cutoff). Tokens are empty lists until bom_tokens exists for the partition.",
+    check_specs=[dg.AssetCheckSpec(name, asset="feature_tables", blocking=True, description=text)
+                 for name, (_, text) in CHECKS.items()],
+)
+def feature_tables(context: dg.AssetExecutionContext, artifacts: ArtifactStore):
+    from hir.feast_store import write_feature_tables
+
+    partition = context.partition_key
+    cutoff = cutoff_of(partition)
+    embeddings = artifacts.path("entity_embeddings", partition) / "embeddings.parquet"
+    tokens = artifacts.path("bom_tokens", partition) / "tokens.parquet"
+    if not embeddings.exists():
+        raise dg.Failure(f"feature_tables: {embeddings} is missing; materialise entity_embeddings for {partition} first")
+    if not tokens.exists():
+        context.log.warning(f"{tokens} is missing: bom_tokens columns are empty lists for {partition}")
+    try:
+        with artifacts.write_partition("feature_tables", partition) as out:
+            stats = write_feature_tables(embeddings, tokens, cutoff, out)
+    except ValueError as exc:
+        raise dg.Failure(f"feature_tables: {exc}") from None
+    folder = artifacts.path("feature_tables", partition)
+    counts = {t: check_feature_table(folder / f"{t}.parquet", s["dim"]) for t, s in stats.items()}
+    yield dg.MaterializeResult(metadata=_tables_metadata(stats, folder, cutoff, tokens.exists()))
+    for name, (column, _) in CHECKS.items():
+        bad = {t: c[column] for t, c in counts.items() if c[column]}
+        yield dg.AssetCheckResult(check_name=name, passed=not bad, metadata={"bad_rows_by_type": dg.MetadataValue.json(bad)})
+
+
+def _tables_metadata(stats: dict, folder: Path, cutoff, tokens_present: bool) -> dict:
+    rows = "".join(f"| {t} | {s['rows']} | {s['dim']} | {s['with_tokens']} |\n" for t, s in sorted(stats.items()))
+    return {
+        "dagster/row_count": dg.MetadataValue.int(sum(s["rows"] for s in stats.values())),
+        "cutoff": dg.MetadataValue.text(cutoff.isoformat()),
+        "folder": dg.MetadataValue.path(str(folder)),
+        "tokens_present": dg.MetadataValue.bool(tokens_present),
+        "tables": dg.MetadataValue.md("| type | rows | dim | with tokens |\n|---|---|---|---|\n" + rows),
+    }
+
+
+@dg.asset(
+    deps=["feature_tables"],
+    partitions_def=daily_partitions(),
+    group_name="serving",
+    kinds={"feast"},
+    owners=["team:hir"],
+    description="The Feast registry: an entity, file source and feature view per entity type and the "
+                "ranker_v1 feature service, applied from feature_repo/ (feast apply).",
+)
+def feast_registry(context: dg.AssetExecutionContext, feast: FeastStore) -> dg.MaterializeResult:
+    kinds = feast.apply()
+    views = "".join(f"| {v} | {v.removesuffix('_features')}_key |\n" for v in sorted(kinds.get("FeatureView", [])))
+    return dg.MaterializeResult(metadata={
+        "registry": dg.MetadataValue.path(str(feast.repo_config().registry.path)),
+        "feature_views": dg.MetadataValue.int(len(kinds.get("FeatureView", []))),
+        "feature_services": dg.MetadataValue.text(", ".join(kinds.get("FeatureService", []))),
+        "views": dg.MetadataValue.md("| feature view | join key |\n|---|---|\n" + views),
+    })
+
+
+@dg.asset(
+    deps=["feast_registry", "feature_tables"],
+    partitions_def=daily_partitions(),
+    group_name="serving",
+    kinds={"feast", "sqlite"},
+    owners=["team:hir"],
+    description="The Feast SQLite online store after materialising this partition: for each entity the "
+                "newest row with cut-off in [this cut-off, newest cut-off written], so re-materialising "
+                "an older partition never replaces newer vectors.",
+)
+def feast_online(context: dg.AssetExecutionContext, feast: FeastStore) -> dg.MaterializeResult:
+    partition = context.partition_key
+    start = cutoff_of(partition)
+    end = max(start, newest_cutoff(feast.artifacts_dir) or start)
+    types = table_types(feast.artifacts_dir, partition)
+    store = feast.store()
+    context.log.info(f"materialising {', '.join(types)} over [{start.isoformat()}, {end.isoformat()}]")
+    feast.materialize(start, end, types, store)
+    online = _online_rows(feast.online_path, store.project, types)
+    preview = _preview(feast, store, types, partition) if types else "no feature tables"
+    return dg.MaterializeResult(metadata={
+        "dagster/row_count": dg.MetadataValue.int(sum(online.values())),
+        "online_store": dg.MetadataValue.path(str(feast.online_path)),
+        "window": dg.MetadataValue.text(f"[{start.isoformat()}, {end.isoformat()}]"),
+        "entities_online": dg.MetadataValue.json(online),
+        "preview": dg.MetadataValue.md(preview),
+    })
+
+
+def _online_rows(db_path: Path, project: str, types: list[str]) -> dict[str, int]:
+    """Entities per type in the SQLite online store (distinct entity keys of each view's table)."""
+    import sqlite3
+
+    with sqlite3.connect(str(db_path)) as con:
+        return {t: con.execute(f'SELECT count(DISTINCT entity_key) FROM "{project}_{view_name(t)}"').fetchone()[0]
+                for t in types}
+
+
+def _preview(feast: FeastStore, store, types: list[str], partition: str) -> str:
+    """A Markdown table of the online features of the first three keys of the first type."""
+    import pyarrow.parquet as pq
+
+    t = types[0]
+    path = table_path(feast.artifacts_dir, partition, t)
+    keys = pq.read_table(path, columns=[f"{t}_key"]).column(0).to_pylist()[:3]
+    got = feast.online(t, keys, store=store)
+    lines = [f"| {t}_key | model_version | coarse | fine | tokens | embedding[:4] |", "|---|---|---|---|---|---|"]
+    for i, key in enumerate(keys):
+        vec = got["hir_embedding"][i] or []
+        lines.append(f"| {key} | {got['model_version'][i]} | {got['coarse_interest'][i]} | {got['fine_interest'][i]} "
+                     f"| {got['bom_tokens'][i]} | {[round(x, 3) for x in vec[:4]]} |")
+    return "\n".join(lines)
