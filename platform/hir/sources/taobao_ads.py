@@ -63,8 +63,12 @@ def _ad_events(users: pd.Series, ads: pd.Series, ts: pd.Series, clicked: pd.Seri
 
 
 def _ad_catalogue(ads: pd.DataFrame, events: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Ad entities (price attrs) and the ad/campaign relations, valid from each ad's first impression."""
-    first = first_times(events["dst_key"], events["ts"])
+    """Ad entities (price attrs) and the ad/campaign relations, valid from each ad's first impression.
+
+    ``events``: every event of the input; an ad never shown is valid from the earliest of them.
+    """
+    shown = events[events["dst_type"] == "ad"]
+    first = first_times(shown["dst_key"], shown["ts"])
     start = events["ts"].min() if len(events) else pd.NaT
     since = ads["adgroup_id"].astype(object).map(first).fillna(start).astype("datetime64[ns, UTC]")
     ad_id = ads["adgroup_id"].astype(object)
@@ -89,8 +93,9 @@ def _ad_catalogue(ads: pd.DataFrame, events: pd.DataFrame) -> dict[str, pd.DataF
 
 
 def _user_entities(profiles: pd.DataFrame) -> pd.DataFrame:
-    attrs = profiles[PROFILE[1:]].astype(object).where(profiles[PROFILE[1:]] != "", None)
-    attrs = attrs.apply(lambda col: col.map(lambda v: None if v is None else int(v)))
+    attrs = pd.DataFrame(
+        {c: pd.Series([int(v) if v else None for v in profiles[c].astype(object)], dtype=object) for c in PROFILE[1:]}
+    )
     return _frame(entity_type="user", source_key=profiles["userid"].astype(object), first_seen=pd.NaT, attrs=json_records(attrs))
 
 
@@ -174,7 +179,7 @@ def _read_folder(path: Path) -> SourceBatch:
         events.append(_behaviour_events(behaviour.frame))
     events = pd.concat(events, ignore_index=True)
     ad_rows = ads.frame.assign(price=ads.frame["price_value"])
-    catalogue = _ad_catalogue(ad_rows, events[events["dst_type"] == "ad"])
+    catalogue = _ad_catalogue(ad_rows, events)
     entities = pd.concat([catalogue["entities"], *users], ignore_index=True)
     return make_batch(SOURCE, path, files, tables, events=events, relations=catalogue["relations"], entities=entities)
 

@@ -325,10 +325,10 @@ def concat_tables(tables: Sequence[Table]) -> Table:
 
 
 def json_records(frame: pd.DataFrame) -> list[str | None]:
-    """One JSON object text per row of ``frame`` (empty strings become null)."""
+    """One JSON object text per row of ``frame`` (empty strings and missing values become null)."""
     if frame.empty:
         return [None] * len(frame)
-    clean = frame.astype(object).where(frame.astype(str) != "", None)
+    clean = frame.astype(object).where(frame.notna() & (frame.astype(str) != ""), None)
     return [json.dumps(r, ensure_ascii=False, sort_keys=True) for r in clean.to_dict(orient="records")]
 
 
