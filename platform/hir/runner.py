@@ -79,7 +79,21 @@ def _user_error(exc: BaseException) -> BaseException | None:
     while seen is not None:
         if isinstance(seen, USER_ERRORS):
             return seen
+        for info in getattr(seen, "user_code_process_error_infos", None) or []:
+            found = _user_error_from_info(info, USER_ERRORS)
+            if found is not None:
+                return found
         seen = getattr(seen, "user_exception", None) or seen.__cause__
+    return None
+
+
+def _user_error_from_info(info, kinds: tuple[type[BaseException], ...]) -> BaseException | None:
+    """Rebuild a user mistake from Dagster's serialised error chain (what is left once retries run out)."""
+    by_name = {kind.__name__: kind for kind in kinds}
+    while info is not None:
+        if info.cls_name in by_name:
+            return by_name[info.cls_name](info.message.split(": ", 1)[-1].strip())
+        info = info.cause
     return None
 
 
