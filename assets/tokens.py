@@ -1,0 +1,250 @@
+"""Tokens stage: Bag-of-Meaning codebooks, bags, inverted index and token descriptions (DESIGN §8).
+
+``bom_quantizer`` trains the hierarchical additive quantizer (:mod:`hir.models.quantizer`) on the
+partition's entity embeddings; ``bom_tokens`` turns codes and engagement into weighted bags
+(:mod:`hir.bom`); ``bom_index`` stores the inverted index as Parquet postings; ``token_descriptions``
+names every token from the world knowledge of the entities holding it.
+"""
+
+import dagster as dg
+
+from hir.partitions import cutoff_of, daily_partitions
+from hir.resources import ArtifactStore, TorchRuntime, Warehouse
+from hir.settings import Settings
+
+PARTITIONS = daily_partitions()
+PREVIEW_ROWS = 12
+
+_LABELS_SQL = """
+WITH direct AS (
+    SELECT r.src AS entity_id, r.dst AS label_id
+    FROM relations r JOIN entities l ON l.entity_id = r.dst
+    WHERE l.entity_type IN ('category', 'genre') AND (r.valid_from IS NULL OR r.valid_from < ?)
+), reach AS (
+    SELECT entity_id, label_id FROM direct
+    UNION
+    SELECT r.src, d.label_id FROM relations r JOIN direct d ON d.entity_id = r.dst
+    WHERE r.valid_from IS NULL OR r.valid_from < ?
+)
+SELECT reach.entity_id, coalesce(nullif(trim(c.text), ''), l.source_key) AS label
+FROM reach JOIN entities l ON l.entity_id = reach.label_id
+LEFT JOIN content c ON c.entity_id = reach.label_id
+"""
+
+_TEXTS_SQL = """
+SELECT c.entity_id, c.text FROM content c JOIN entities e USING (entity_id)
+WHERE c.text IS NOT NULL AND (e.first_seen IS NULL OR e.first_seen < ?)
+"""
+
+
+def _require(path, what: str):
+    if not path.exists():
+        raise dg.Failure(description=f"{what}: {path} is missing; materialise that partition first")
+    return path
+
+
+def _usage_plot(usage: list[dict], codes) -> dg.MetadataValue:
+    """Per level, codeword counts sorted from most to least used."""
+    import numpy as np
+
+    from hir.plots import figure, png_markdown
+
+    fig, axes = figure(3.2 * len(usage), 2.8, ncols=len(usage))
+    axes = np.atleast_1d(axes)
+    for ax, stats, column in zip(axes, usage, codes.T):
+        counts = np.sort(np.bincount(column, minlength=stats["codewords"]))[::-1]
+        ax.bar(np.arange(counts.size), counts, width=1.0)
+        ax.set(title=f"level {stats['level']} (K={stats['codewords']})", xlabel="codeword rank", ylabel="entities")
+    fig.tight_layout()
+    return png_markdown(fig, "code usage")
+
+
+@dg.asset(
+    partitions_def=PARTITIONS,
+    deps=["entity_embeddings"],
+    group_name="tokens",
+    kinds={"pytorch", "safetensors"},
+    owners=["team:hir"],
+    description=(
+        "Hierarchical additive quantization of the entity embeddings: M codebooks (coarse first, "
+        "HIR_BOM_CODES codewords each), x ≈ Σ_m C_m[i_m], trained by residual k-means then "
+        "alternating least-squares codebooks and ICM + local-search codes."
+    ),
+)
+def bom_quantizer(context: dg.AssetExecutionContext, artifacts: ArtifactStore, torch_runtime: TorchRuntime):
+    from hir.bom import codes_table, read_embeddings, train_quantizer
+    from hir.storage import write_json, write_parquet
+
+    settings = Settings.from_env()
+    key = context.partition_key
+    emb = read_embeddings(_require(artifacts.path("entity_embeddings", key) / "embeddings.parquet", "entity_embeddings"))
+    quantizer, codes, report = train_quantizer(emb, settings, torch_runtime.setup())
+    with artifacts.write_partition("bom_quantizer", key) as out:
+        quantizer.save(out)
+        write_parquet(out / "codes.parquet", codes_table(emb, codes))
+        write_json(out / "report.json", report)
+    usage = report["usage"]
+    table = "| level | codewords | used | top share | perplexity | MSE with levels ≤ l |\n|---|---|---|---|---|---|\n" + "".join(
+        f"| {u['level']} | {u['codewords']} | {u['used']:.2f} | {u['top_share']:.3f} | {u['perplexity']:.1f} | {m:.5f} |\n"
+        for u, m in zip(usage, report["mse_per_level"])
+    )
+    context.log.info(f"quantizer: mse per level {report['mse_per_level']}")
+    return dg.MaterializeResult(metadata={
+        "dagster/row_count": dg.MetadataValue.int(int(codes.shape[0])),
+        "mse": dg.MetadataValue.float(report["mse_per_level"][-1]),
+        "relative_mse": dg.MetadataValue.float(report["relative_mse"]),
+        "mse_per_level": dg.MetadataValue.json(report["mse_per_level"]),
+        "training_mse": dg.MetadataValue.json(report["history"]),
+        "collapse_top_share": dg.MetadataValue.float(max(u["top_share"] for u in usage)),
+        "levels": dg.MetadataValue.md(table),
+        "code_usage": _usage_plot(usage, codes),
+        "path": dg.MetadataValue.path(str(artifacts.path("bom_quantizer", key))),
+    })
+
+
+@dg.asset(
+    partitions_def=PARTITIONS,
+    deps=["bom_quantizer", "graph_snapshot", "entity_embeddings"],
+    group_name="tokens",
+    kinds={"parquet"},
+    owners=["team:hir"],
+    description=(
+        "Bag of weighted (level, code) tokens per entity: a user's own codes plus its strongest "
+        "interests; an ad's, campaign's, advertiser's or product's own codes plus the interests it "
+        "serves (codes of the users engaging with it, time-decayed). Token id = level·1e6 + code."
+    ),
+)
+def bom_tokens(context: dg.AssetExecutionContext, artifacts: ArtifactStore):
+    import pyarrow.parquet as pq
+
+    from hir.bom import bags_table, build_bags, engagement_matrix, read_codes
+    from hir.storage import write_parquet
+
+    settings = Settings.from_env()
+    key = context.partition_key
+    emb, codes = read_codes(_require(artifacts.path("bom_quantizer", key) / "codes.parquet", "bom_quantizer"))
+    graph = artifacts.path("graph_snapshot", key)
+    nodes = pq.read_table(_require(graph / "nodes.parquet", "graph_snapshot"), columns=["entity_id"])
+    edges = pq.read_table(_require(graph / "edges.parquet", "graph_snapshot"), columns=["src", "dst", "weight"])
+    bags, token_of_column = build_bags(emb, codes, engagement_matrix(emb, nodes, edges), settings)
+    table = bags_table(emb, bags, token_of_column, cutoff_of(key))
+    with artifacts.write_partition("bom_tokens", key) as out:
+        write_parquet(out / "tokens.parquet", table)
+    return dg.MaterializeResult(metadata={
+        "dagster/row_count": dg.MetadataValue.int(table.num_rows),
+        "tokens_per_bag": dg.MetadataValue.float(float(bags.nnz / max(table.num_rows, 1))),
+        "distinct_tokens": dg.MetadataValue.int(int((bags.getnnz(axis=0) > 0).sum())),
+        "preview": dg.MetadataValue.md(_bag_preview(table)),
+        "path": dg.MetadataValue.path(str(artifacts.path("bom_tokens", key))),
+    })
+
+
+def _bag_preview(table) -> str:
+    rows = table.slice(0, PREVIEW_ROWS).to_pylist()
+    lines = ["| entity | type | key | tokens (weight) |", "|---|---|---|---|"]
+    for r in rows:
+        bag = ", ".join(f"{t}({w:.2f})" for t, w in sorted(zip(r["tokens"], r["weights"]), key=lambda p: -p[1])[:6])
+        lines.append(f"| {r['entity_id']} | {r['entity_type']} | {r['source_key']} | {bag} |")
+    return "\n".join(lines)
+
+
+@dg.asset(
+    partitions_def=PARTITIONS,
+    deps=["bom_tokens"],
+    group_name="tokens",
+    kinds={"parquet", "pytorch"},
+    owners=["team:hir"],
+    description=(
+        "Inverted index token → (entity, weight): Parquet postings sorted by token, loaded into "
+        "compact CSR arrays (tokens, offsets, rows, weights) for weighted-overlap retrieval."
+    ),
+    check_specs=[dg.AssetCheckSpec("bag_tokens_indexed", asset="bom_index", blocking=True,
+                                   description="every (token, entity) of every bag is a posting of the loaded index")],
+)
+def bom_index(context: dg.AssetExecutionContext, artifacts: ArtifactStore):
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from hir.bom import load_index, postings_table
+    from hir.storage import write_parquet
+
+    key = context.partition_key
+    bags = pq.read_table(_require(artifacts.path("bom_tokens", key) / "tokens.parquet", "bom_tokens"))
+    postings = postings_table(bags)
+    with artifacts.write_partition("bom_index", key) as out:
+        write_parquet(out / "postings.parquet", postings)
+    index = load_index(pq.read_table(artifacts.path("bom_index", key) / "postings.parquet"))
+    lengths = (index.offsets[1:] - index.offsets[:-1]).numpy()
+    levels = index.tokens.numpy() // 1_000_000
+    per_level = "| level | tokens | postings | longest list |\n|---|---|---|---|\n" + "".join(
+        f"| {lv} | {(levels == lv).sum()} | {lengths[levels == lv].sum():,} | {lengths[levels == lv].max():,} |\n"
+        for lv in np.unique(levels)
+    )
+    yield dg.MaterializeResult(metadata={
+        "dagster/row_count": dg.MetadataValue.int(postings.num_rows),
+        "tokens": dg.MetadataValue.int(int(index.tokens.numel())),
+        "entities": dg.MetadataValue.int(index.num_entities),
+        "levels": dg.MetadataValue.md(per_level),
+        "path": dg.MetadataValue.path(str(artifacts.path("bom_index", key))),
+    })
+    missing = _unindexed(index, postings)
+    yield dg.AssetCheckResult(check_name="bag_tokens_indexed", asset_key="bom_index", passed=missing == 0,
+                              metadata={"missing_postings": missing, "postings": postings.num_rows})
+
+
+def _unindexed(index, postings) -> int:
+    """Bag (token, entity) pairs that the loaded index does not return as postings."""
+    import torch
+
+    tokens = torch.tensor(postings.column("token").to_numpy())
+    entity = torch.tensor(postings.column("entity_id").to_numpy())
+    positions, query = index.postings(tokens)
+    found = index.entity_ids[index.rows[positions]] == entity[query]
+    return int(tokens.numel() - found.sum())
+
+
+@dg.asset(
+    partitions_def=PARTITIONS,
+    deps=["bom_index", "content", "relations", "entities"],
+    group_name="tokens",
+    kinds={"parquet", "duckdb"},
+    owners=["team:hir"],
+    description=(
+        "A readable description per token: top tf-idf terms of the content of its entities "
+        "(against all content) and their most common categories/genres."
+    ),
+)
+def token_descriptions(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse):
+    import pyarrow.parquet as pq
+
+    from hir.bom import describe_tokens
+    from hir.storage import write_bytes, write_parquet
+
+    key = context.partition_key
+    cutoff = cutoff_of(key)
+    postings = pq.read_table(_require(artifacts.path("bom_index", key) / "postings.parquet", "bom_index"))
+    with warehouse.connect(read_only=True) as con:
+        texts = con.execute(_TEXTS_SQL, [cutoff]).df()
+        labels = con.execute(_LABELS_SQL, [cutoff, cutoff]).df()
+    table = describe_tokens(postings, texts, labels)
+    preview = _description_preview(table)
+    with artifacts.write_partition("token_descriptions", key) as out:
+        write_parquet(out / "descriptions.parquet", table)
+        write_bytes(out / "descriptions.md", preview.encode())
+    described = sum(1 for d in table.column("description").to_pylist() if d)
+    return dg.MaterializeResult(metadata={
+        "dagster/row_count": dg.MetadataValue.int(table.num_rows),
+        "described_tokens": dg.MetadataValue.int(described),
+        "preview": dg.MetadataValue.md(preview),
+        "path": dg.MetadataValue.path(str(artifacts.path("token_descriptions", key))),
+    })
+
+
+def _description_preview(table) -> str:
+    """The most populated tokens of each level with their descriptions, as Markdown."""
+    rows = sorted(table.to_pylist(), key=lambda r: (r["level"], -r["entities"]))
+    lines = ["| token | level | entities | description |", "|---|---|---|---|"]
+    for level in sorted({r["level"] for r in rows}):
+        for r in [r for r in rows if r["level"] == level][:PREVIEW_ROWS]:
+            lines.append(f"| {r['token']} | {level} | {r['entities']:,} | {r['description'] or '—'} |")
+    return "\n".join(lines)

@@ -1,0 +1,229 @@
+"""Token assets end to end on a planted two-level interest hierarchy.
+
+The world: 4 coarse interests × 3 fine ones, each fine interest with its own vocabulary. Users,
+ads and products sit at ``centre[coarse] + offset[coarse, fine] + noise`` in the embedding space;
+users engage mostly with ads of their own coarse interest; ads promote products of their own fine
+interest; products belong to that fine category; each coarse interest has one advertiser.
+"""
+
+from __future__ import annotations
+
+import string
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from hir.assets.tokens import bom_index, bom_quantizer, bom_tokens, token_descriptions
+from hir.bom import describe_tokens, find_bag, load_store
+from hir.cli import main
+from hir.partitions import cutoff_of
+from hir.resources import build_resources
+from hir.storage import write_parquet
+from hir.warehouse import connect
+
+PARTITION = "2026-01-10"
+COARSE, FINE, DIM = 4, 3, 16
+COUNTS = {"user": 240, "ad": 120, "product": 60}
+NAMES = ["sport", "music", "garden", "travel"]
+
+
+def _words(c: int, f: int) -> list[str]:
+    return [NAMES[c] + string.ascii_lowercase[f] + string.ascii_lowercase[j] for j in range(4)]
+
+
+def _world(seed: int = 0):
+    """Entities with planted (coarse, fine) labels, embeddings, snapshot edges and content."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(COARSE, DIM)) * 3.0
+    offsets = rng.normal(size=(COARSE, FINE, DIM)) * 0.8
+    rows = []
+    for kind, n in COUNTS.items():
+        coarse, fine = rng.integers(COARSE, size=n), rng.integers(FINE, size=n)
+        rows += [(kind, f"{kind}{i}", c, f) for i, (c, f) in enumerate(zip(coarse, fine))]
+    rows += [("advertiser", f"adv{c}", c, -1) for c in range(COARSE)]
+    rows += [("category", f"cat{c}{f}", c, f) for c in range(COARSE) for f in range(FINE)]
+    ents = pd.DataFrame(rows, columns=["entity_type", "source_key", "coarse", "fine"])
+    ents["entity_id"] = np.arange(len(ents), dtype=np.int64)
+    noise = rng.normal(size=(len(ents), DIM)) * 0.3
+    vectors = centres[ents.coarse] + np.where(ents.fine.to_numpy()[:, None] >= 0, offsets[ents.coarse, ents.fine.clip(0)], 0) + noise
+    return ents, vectors.astype(np.float32), rng
+
+
+def _edges(ents: pd.DataFrame, rng) -> pd.DataFrame:
+    """User→ad engagement (5 of 6 in the user's coarse interest) plus structural edges."""
+    ads = ents[ents.entity_type == "ad"]
+    edges = []
+    for u in ents[ents.entity_type == "user"].itertuples():
+        same = ads[ads.coarse == u.coarse].entity_id.to_numpy()
+        picks = list(rng.choice(same, 5, replace=False)) + [rng.choice(ads.entity_id.to_numpy())]
+        edges += [(u.entity_id, a, "click", rng.uniform(0.2, 1.0)) for a in picks]
+    products = ents[ents.entity_type == "product"]
+    cats = ents[ents.entity_type == "category"].set_index(["coarse", "fine"]).entity_id
+    advs = ents[ents.entity_type == "advertiser"].set_index("coarse").entity_id
+    for a in ads.itertuples():
+        same = products[(products.coarse == a.coarse) & (products.fine == a.fine)].entity_id.to_numpy()
+        if same.size:
+            edges.append((a.entity_id, rng.choice(same), "promotes", 1.0))
+        edges.append((a.entity_id, advs[a.coarse], "of_advertiser", 1.0))
+    edges += [(p.entity_id, cats[(p.coarse, p.fine)], "in_category", 1.0) for p in products.itertuples()]
+    return pd.DataFrame(edges, columns=["src", "dst", "edge_type", "weight"])
+
+
+def _write_upstream(settings, ents, vectors, edges):
+    """entity_embeddings and graph_snapshot partitions plus the warehouse tables the assets read."""
+    cutoff = cutoff_of(PARTITION)
+    art = settings.artifacts_dir
+    n = len(ents)
+    emb = pa.table({
+        "entity_id": pa.array(ents.entity_id, pa.int64()),
+        "entity_type": pa.array(ents.entity_type, pa.string()),
+        "source_key": pa.array(ents.source_key, pa.string()),
+        "embedding": pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel(), pa.float32()), DIM),
+        "coarse_prototype": pa.array(np.zeros(n, np.int32)),
+        "fine_prototype": pa.array(np.zeros(n, np.int32)),
+        "model_version": pa.array(["test"] * n, pa.string()),
+        "cutoff": pa.array([cutoff] * n, pa.timestamp("us", tz="UTC")),
+    })
+    write_parquet(art / "entity_embeddings" / PARTITION / "embeddings.parquet", emb)
+    nodes = pd.DataFrame({"entity_id": ents.entity_id, "entity_type": ents.entity_type, "type_id": 0,
+                          "degree": 1, "age_days": 1.0, "activity": 1.0})
+    write_parquet(art / "graph_snapshot" / PARTITION / "nodes.parquet", nodes)
+    last = int(cutoff.timestamp()) - 3600
+    write_parquet(art / "graph_snapshot" / PARTITION / "edges.parquet", edges.assign(
+        edge_type_id=0, count=1, last_ts=float(last)))
+    valid = pd.Timestamp("2026-01-01", tz="UTC")
+    content = pd.concat([
+        pd.DataFrame({"entity_id": r.entity_id, "text": " ".join(_words(r.coarse, r.fine))} for r in ents.itertuples()
+                     if r.entity_type in ("ad", "product")),
+        pd.DataFrame({"entity_id": r.entity_id, "text": f"{NAMES[r.coarse]} {string.ascii_lowercase[r.fine]}"}
+                     for r in ents.itertuples() if r.entity_type == "category"),
+    ])
+    relations = edges[edges.edge_type != "click"].rename(columns={"edge_type": "relation"})[["src", "dst", "relation"]]
+    with connect(settings.warehouse_path) as con:
+        con.register("e", ents.assign(first_seen=valid, attrs=None)[["entity_id", "entity_type", "source_key", "first_seen", "attrs"]])
+        con.execute("INSERT INTO entities SELECT * FROM e")
+        con.register("c", content.assign(image_uri=None, content_hash="h"))
+        con.execute("INSERT INTO content SELECT entity_id, text, image_uri, content_hash FROM c")
+        con.register("r", relations.assign(valid_from=valid))
+        con.execute("INSERT INTO relations SELECT src, dst, relation, valid_from FROM r")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Materialise the four token assets once on the planted world."""
+    mp = pytest.MonkeyPatch()
+    home = tmp_path_factory.mktemp("tokens_home")
+    for name, value in {"HIR_DATA_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), "HIR_BOM_CODES": "8,16,32",
+                        "HIR_BOM_ITERATIONS": "3", "HIR_BOM_INTERESTS": "6", "HIR_THREADS": "1", "HIR_DEVICE": "cpu"}.items():
+        mp.setenv(name, value)
+    (home / "dagster").mkdir()
+    from hir.settings import Settings
+
+    settings = Settings.from_env()
+    ents, vectors, rng = _world()
+    _write_upstream(settings, ents, vectors, _edges(ents, rng))
+    result = dg.materialize([bom_quantizer, bom_tokens, bom_index, token_descriptions], partition_key=PARTITION,
+                            resources=build_resources(settings))
+    yield settings, ents, result
+    mp.undo()
+
+
+def test_assets_materialise_with_metadata(built):
+    _, ents, result = built
+    assert result.success
+    meta = {e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()}
+    assert set(meta) == {"bom_quantizer", "bom_tokens", "bom_index", "token_descriptions"}
+    mse = meta["bom_quantizer"]["mse_per_level"].data
+    assert mse[0] > mse[1] > mse[2]
+    assert "data:image/png;base64" in meta["bom_quantizer"]["code_usage"].md_str
+    assert meta["bom_tokens"]["dagster/row_count"].value == len(ents)
+    checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+    assert checks == {"bag_tokens_indexed": True}
+
+
+def test_every_bag_token_is_in_the_index(built):
+    settings, _, _ = built
+    store = load_store(settings, PARTITION)
+    for bag in store.bags.to_pylist():
+        tokens = torch.tensor(bag["tokens"], dtype=torch.int64)
+        positions, query = store.index.postings(tokens)
+        ids = store.index.entity_ids[store.index.rows[positions]]
+        assert set(query[ids == bag["entity_id"]].tolist()) == set(range(len(bag["tokens"])))
+        assert all(t // 1_000_000 in (1, 2, 3) for t in bag["tokens"])
+
+
+def test_bags_hold_interests(built):
+    settings, ents, _ = built
+    store = load_store(settings, PARTITION)
+    user = find_bag(store, "user", "user0")
+    assert len(user["tokens"]) > 3  # own codes plus interests
+    advertiser = find_bag(store, "advertiser", "adv0")
+    assert len(advertiser["tokens"]) > 3  # interests served through its ads
+    category = find_bag(store, "category", "cat00")
+    assert len(category["tokens"]) == 3 and all(w == pytest.approx(1.0) for w in category["weights"])
+
+
+def _agreement(settings, ents) -> float:
+    """Share of users' top-10 retrieved ads whose planted coarse interest is the user's."""
+    store = load_store(settings, PARTITION)
+    coarse = dict(zip(ents.entity_id, ents.coarse))
+    hits = total = 0
+    for user in ents[ents.entity_type == "user"].source_key:
+        bag = find_bag(store, "user", user)
+        rows, _ = store.index.search(torch.tensor(bag["tokens"]), torch.tensor(bag["weights"]), 10, entity_type="ad")
+        got = [coarse[int(store.index.entity_ids[r])] for r in rows]
+        assert all(ents.entity_type[int(store.index.entity_ids[r])] == "ad" for r in rows)
+        hits += sum(c == coarse[bag["entity_id"]] for c in got)
+        total += len(got)
+    return hits / total
+
+
+def test_retrieved_ads_share_the_planted_coarse_interest(built):
+    settings, ents, _ = built
+    rate = _agreement(settings, ents)
+    print(f"planted coarse agreement of top-10 ads: {rate:.3f} (chance {1 / COARSE:.2f})")
+    assert rate > 0.85
+
+
+def test_descriptions_name_the_planted_vocabulary(built):
+    settings, ents, _ = built
+    table = pq.read_table(settings.artifacts_dir / "token_descriptions" / PARTITION / "descriptions.parquet").to_pylist()
+    level1 = [r for r in table if r["level"] == 1]
+    assert len(level1) == 8
+    for r in level1:
+        prefixes = {name for t in r["top_terms"] for name in NAMES if t.startswith(name)}
+        assert len(prefixes) == 1 and len(r["top_terms"]) == 5, r  # one coarse interest's words
+        assert any(label.split()[0] in prefixes for label in r["top_labels"]), r
+    assert (settings.artifacts_dir / "token_descriptions" / PARTITION / "descriptions.md").exists()
+
+
+def test_describe_tokens_without_content_or_labels():
+    postings = pa.table({"token": pa.array([1_000_001, 1_000_001, 2_000_000], pa.int64()),
+                         "entity_id": pa.array([1, 2, 3], pa.int64()), "weight": pa.array([1.0, 0.5, 1.0], pa.float32())})
+    empty = pd.DataFrame({"entity_id": pd.Series([], dtype="int64"), "text": pd.Series([], dtype="object")})
+    table = describe_tokens(postings, empty, pd.DataFrame({"entity_id": [], "label": []})).to_pylist()
+    assert [(r["token"], r["entities"], r["description"]) for r in table] == [(1_000_001, 2, ""), (2_000_000, 1, "")]
+
+
+def test_retrieve_and_tokens_commands(built, capsys):
+    settings, ents, _ = built
+    assert main(["retrieve", "user0", "--k", "5", "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert out.count(". ad ") == 5 and "L1:" in out and " — " in out
+    assert main(["retrieve", "adv1", "--from", "advertiser", "--type", "user", "--k", "3"]) == 0
+    assert capsys.readouterr().out.count(". user ") == 3
+    assert main(["tokens", "product", "product0"]) == 0
+    assert "L1:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["retrieve", "nobody"], ["tokens", "user", "nobody"], ["tokens", "spaceship", "x"],
+                                  ["retrieve", "user0", "--partition", "1999-01-01"]])
+def test_unknown_keys_give_one_line_errors(built, capsys, argv):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
