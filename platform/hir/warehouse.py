@@ -113,7 +113,8 @@ FROM batch_keys k ANTI JOIN entities e USING (entity_type, source_key)
 
 _NEW_EVENTS = """
 INSERT INTO events
-SELECT s.entity_id, d.entity_id, b.event_type, CAST(b.ts AS TIMESTAMPTZ), CAST(b.value AS DOUBLE)
+SELECT s.entity_id AS src, d.entity_id AS dst, b.event_type AS event_type, CAST(b.ts AS TIMESTAMPTZ) AS ts,
+       CAST(b.value AS DOUBLE) AS value
 FROM b_events b
 JOIN entities s ON s.entity_type = b.src_type AND s.source_key = b.src_key
 JOIN entities d ON d.entity_type = b.dst_type AND d.source_key = b.dst_key
