@@ -62,7 +62,7 @@ def _header_names(path: Path, first: str, sep: str, columns: Sequence[str]) -> l
     _check_delimiter(path, first, sep, len(columns))
     names = [name.strip() for name in next(csv.reader([first], delimiter=sep))]
     missing = [c for c in columns if c not in names]
-    if len(missing) == len(columns):
+    if len(missing) == len(columns) > 1:
         raise SourceError(f"{path}: no header line with columns {', '.join(columns)} (first line: {first[:80]!r})")
     if missing:
         raise SourceError(f"{path}: missing columns {', '.join(missing)} (header has {', '.join(names)})")

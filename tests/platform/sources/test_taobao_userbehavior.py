@@ -111,3 +111,14 @@ def test_loading_the_same_file_twice_adds_nothing(tmp_path):
         assert not first.skipped and second.skipped
         assert table_counts(con) == counts
     assert counts == {"entities": 6, "events": 3, "relations": 2, "content": 0, "rejected_rows": 1}
+
+
+def test_a_new_file_appends_only_new_events(tmp_path):
+    first, second = tmp_path / "day1.csv", tmp_path / "day2.csv"
+    first.write_text(GOOD)
+    second.write_text(GOOD.splitlines(keepends=True)[2] + "7,2268318,2520377,fav,1511600000\n")
+    with connect(tmp_path / "w.duckdb") as con:
+        load_batch(con, _read(first))
+        report = load_batch(con, _read(second))
+        assert report.new_events == 1 and report.new_entities == 1
+        assert table_counts(con)["events"] == 4
