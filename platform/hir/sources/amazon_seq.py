@@ -18,7 +18,7 @@ after cut-off 2014-12-31 00:00 is exactly the published leave-last-out protocol.
 Output: events ``user → product`` of type ``purchase`` (``value`` 1.0); relations ``product →
 brand`` (``of_brand``) and ``product → category`` (``in_category``) valid from the product's first
 interaction; content text per product: its short text, then ``brand: ...`` and
-``categories: ...`` (names HTML-unescaped).
+``categories: ...`` (names HTML-unescaped); a brand's or category's content text is its name.
 
 Brand or category. S3-Rec writes each item's attributes as ``[brand] + categories``, with the
 brand first when the item has one, and records no type. An attribute is therefore taken as a
@@ -42,7 +42,7 @@ import pandas as pd
 
 from hir.settings import Settings
 from hir.sources.base import SourceBatch, SourceError, require_file
-from hir.sources.validate import FILE, LINE, Table, make_batch, read_lines
+from hir.sources.validate import Table, make_batch, read_lines
 
 SOURCE = "amazon_seq"
 ANCHOR = pd.Timestamp("2015-01-01", tz="UTC")
@@ -137,7 +137,10 @@ def _content(asins: pd.Series, attrs: pd.DataFrame, texts: pd.Series) -> pd.Data
     parts["brand"] = ("brand: " + joined["brand"]).to_numpy()
     parts["category"] = ("categories: " + joined["category"]).to_numpy()
     text = parts.apply(lambda r: " | ".join(v for v in r if isinstance(v, str) and v), axis=1)
-    return pd.DataFrame({"entity_type": "product", "source_key": asins.to_numpy(), "text": text.to_numpy(), "image_uri": None})
+    products = pd.DataFrame({"entity_type": "product", "source_key": asins.to_numpy(), "text": text.to_numpy()})
+    names = attrs[["kind", "name"]].drop_duplicates()
+    named = pd.DataFrame({"entity_type": names["kind"].to_numpy(), "source_key": names["name"].to_numpy(), "text": names["name"].to_numpy()})
+    return pd.concat([products, named], ignore_index=True).assign(image_uri=None)
 
 
 def read(path: Path, settings: Settings) -> SourceBatch:

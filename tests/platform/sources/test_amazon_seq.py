@@ -49,7 +49,8 @@ def test_real_beauty_counts():
     assert batch.events["ts"].max() == ANCHOR
     last = batch.events.groupby("src_key")["ts"].max()
     assert (last == ANCHOR).all()  # everyone's last item on the anchor day: leave-last-out = last day
-    assert len(batch.content) == 12_101 and batch.content["text"].str.len().gt(0).all()
+    assert batch.content["entity_type"].value_counts().to_dict() == {"product": 12_101, "brand": 435, "category": 202}
+    assert batch.content["text"].str.len().gt(0).all()
     assert set(batch.relations["relation"]) == {"of_brand", "in_category"}
 
 
@@ -72,6 +73,7 @@ def test_brand_category_relations_and_content(tmp_path):
     text = batch.content.set_index("source_key")["text"]
     assert text["A1"] == "red lipstick | brand: Acme & Co | categories: Face"
     assert text["A3"] == "brand: Acme & Co | categories: Lips, Face"
+    assert text["Acme & Co"] == "Acme & Co"
     valid = batch.relations.set_index(["src_key", "dst_key"])["valid_from"]
     assert valid[("A1", "Face")] == ANCHOR - pd.Timedelta(days=2)  # the product's first interaction
 
@@ -93,7 +95,8 @@ def test_bad_lines_rejected(tmp_path):
 
 def test_missing_files_and_wrong_delimiter(tmp_path):
     folder = _folder(tmp_path, text=None)
-    assert len(_read(folder).content) == 3  # the text file is optional
+    content = _read(folder).content.set_index("source_key")["text"]
+    assert content["A2"] == "categories: Lips"  # the text file is optional
     (folder / "toys_datamaps.json").unlink()
     with pytest.raises(SourceError, match=r"toys: no datamaps JSON \(\*_datamaps\.json\) found$"):
         _read(folder)

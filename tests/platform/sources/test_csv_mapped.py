@@ -60,11 +60,14 @@ def test_fashion_catalogue_products_with_images_and_categories():
     batch = _read(styles, HIR_CSV_MAPPING=str(FASHION_MAPPING))
     assert batch.rows_read == batch.rows_accepted == 2_000
     assert len(batch.events) == 0
-    content = batch.content.set_index("source_key")
-    assert len(content) == 2_000 and (batch.content["entity_type"] == "product").all()
+    products = batch.content[batch.content["entity_type"] == "product"]
+    categories = batch.content.loc[batch.content["entity_type"] == "category", "source_key"]
+    assert len(products) == 2_000 and products["image_uri"].notna().all()
+    assert set(categories) == set(batch.relations["dst_key"]) and "Topwear" in set(categories)
+    content = products.set_index("source_key")
     assert content.loc["15970", "text"] == "Turtle Check Men Navy Blue Shirt | Shirts | Topwear | Apparel"
     assert content.loc["15970", "image_uri"] == str((styles.parent / "images" / "15970.jpg").resolve())
-    assert all(Path(uri).is_file() for uri in batch.content["image_uri"])
+    assert all(Path(uri).is_file() for uri in products["image_uri"])
     assert set(batch.relations["relation"]) == {"in_category", "subcategory_of"}
     assert set(batch.relations["dst_type"]) == {"category"}
     assert "brand" not in set(batch.relations["dst_type"])
