@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from hir.feast_store import FEATURES, FeastStore, join_key, type_name
 from hir.settings import Settings, SettingsError
 
 HELP = "read the online features (embedding, BoM tokens, interests) of entities by key"
@@ -22,16 +21,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-home", help="data home (default HIR_DATA_HOME or ./.hir)")
 
 
-def lookup(feast: FeastStore, entity_type: str, keys: list[str]) -> list[dict]:
-    """One dict per key: ``key``, ``found`` and every feature of :data:`FEATURES` (None when missing).
+def lookup(feast: "FeastStore", entity_type: str, keys: list[str]) -> list[dict]:  # noqa: F821
+    """One dict per key: ``key``, ``found`` and every feature of ``hir.feast_store.FEATURES`` (None when missing).
 
-    Raises ``SettingsError`` when nothing was applied yet or the type has no feature view.
+    ``feast`` is the store to read; raises ``SettingsError`` when nothing was applied yet or the
+    type has no feature view.
     """
+    from hir.feast_store import FEATURES, join_key, type_name, view_name
+
     t = type_name(entity_type)
     feast.require_registry()
     store = feast.store()
     views = {v.name for v in store.list_feature_views()}
-    if f"{t}_features" not in views:
+    if view_name(t) not in views:
         known = sorted(v.removesuffix("_features") for v in views)
         raise SettingsError(f"unknown entity type {entity_type!r}; known: {', '.join(known)}")
     got = feast.online(t, keys, store=store)
@@ -40,6 +42,8 @@ def lookup(feast: FeastStore, entity_type: str, keys: list[str]) -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from hir.feast_store import FeastStore
+
     settings = Settings.from_env(**({"data_home": args.data_home} if args.data_home else {}))
     rows = lookup(FeastStore.from_settings(settings), args.entity_type, list(args.keys))
     if args.json:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 
-from hir.feast_store import FeastStore
 from hir.settings import Settings
 
 HELP = "start Feast's HTTP feature server on 127.0.0.1 (POST /get-online-features)"
@@ -23,6 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from hir.feast_store import FeastStore
+
     settings = Settings.from_env(**({"data_home": args.data_home} if args.data_home else {}))
     feast = FeastStore.from_settings(settings)
     feast.require_registry()
