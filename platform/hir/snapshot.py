@@ -40,44 +40,56 @@ from hir.storage import write_json
 
 ACTIVITY_DAYS = 7
 
-# The half-life table the SQL joins: (edge_type, half_life_days), registered per call.
+# The half-lives from the settings, registered per call: (edge_type, half_life_days).
 HALF_LIVES = "snapshot_half_lives"
 
-# One row per event or relation before the cut-off, with its decayed weight.
-EDGE_ROWS = """
-SELECT e.src, e.dst, e.event_type AS edge_type, e.ts,
-       pow(2.0, (epoch(e.ts) - epoch($cutoff))
-                / (86400.0 * coalesce(h.half_life_days, $default_half_life))) AS weight
-FROM events e
-LEFT JOIN snapshot_half_lives h ON h.edge_type = e.event_type
-WHERE e.ts < $cutoff
-UNION ALL
-SELECT src, dst, relation, min(valid_from), 1.0
-FROM relations
-WHERE valid_from < $cutoff
-GROUP BY src, dst, relation
+# Edge types over the whole warehouse, so ids are stable across partitions: 0-based id in name
+# order and the half-life in days (the setting's default for a type it does not list).
+EDGE_TYPES = """
+SELECT t.edge_type,
+       row_number() OVER (ORDER BY t.edge_type) - 1 AS edge_type_id,
+       coalesce(h.half_life_days, $default_half_life) AS half_life_days
+FROM (SELECT event_type AS edge_type FROM events UNION SELECT relation FROM relations) t
+LEFT JOIN snapshot_half_lives h USING (edge_type)
 """
 
-# Edges in entity ids: one row per (src, dst, edge_type).
+# One row per event or relation before the cut-off, with its decayed weight; types as ids.
+EDGE_ROWS = """
+SELECT e.src, e.dst, t.edge_type_id, e.ts,
+       pow(2.0, (epoch(e.ts) - epoch($cutoff)) / (86400.0 * t.half_life_days)) AS weight
+FROM events e
+JOIN snap_edge_types t ON t.edge_type = e.event_type
+WHERE e.ts < $cutoff
+UNION ALL
+SELECT r.src, r.dst, t.edge_type_id, min(r.valid_from), 1.0
+FROM relations r
+JOIN snap_edge_types t ON t.edge_type = r.relation
+WHERE r.valid_from < $cutoff
+GROUP BY r.src, r.dst, t.edge_type_id
+"""
+
+# Edges in entity ids: one row per (src, dst, edge_type_id).
 EDGES = f"""
-SELECT src, dst, edge_type,
+SELECT src, dst, edge_type_id,
        count(*) AS count,
        max(ts) AS last_ts,
        min(ts) AS first_ts,
        sum(weight) AS weight
 FROM ({EDGE_ROWS})
-GROUP BY src, dst, edge_type
+GROUP BY src, dst, edge_type_id
 """
 
-# Stable type vocabularies over the whole warehouse (0-based ids in name order).
+# The same with type names, as the benchmark writes them.
+NAMED_EDGES = f"""
+SELECT g.src, g.dst, t.edge_type, g.count, g.last_ts, g.first_ts, g.weight
+FROM ({EDGES}) g
+JOIN snap_edge_types t USING (edge_type_id)
+"""
+
+# Node types over the whole warehouse (0-based ids in name order).
 NODE_TYPES = """
 SELECT entity_type, row_number() OVER (ORDER BY entity_type) - 1 AS type_id
 FROM (SELECT DISTINCT entity_type FROM entities)
-"""
-
-EDGE_TYPES = """
-SELECT edge_type, row_number() OVER (ORDER BY edge_type) - 1 AS edge_type_id
-FROM (SELECT event_type AS edge_type FROM events UNION SELECT relation FROM relations)
 """
 
 # Nodes: entities first seen before the cut-off or touched by an edge, numbered by entity_id.
@@ -116,10 +128,10 @@ FROM snap_nodes ORDER BY node
 # Edges in node indices; a LEFT JOIN keeps an edge whose endpoint is missing (as NULL) so the
 # endpoint check fails loudly instead of the edge vanishing.
 EDGES_FILE = """
-SELECT s.node AS src, d.node AS dst, g.edge_type, t.edge_type_id,
+SELECT s.node AS src, d.node AS dst, t.edge_type, g.edge_type_id,
        g.count, epoch(g.last_ts) AS last_ts, g.weight
 FROM snap_edges g
-JOIN snap_edge_types t USING (edge_type)
+JOIN snap_edge_types t USING (edge_type_id)
 LEFT JOIN snap_nodes s ON s.entity_id = g.src
 LEFT JOIN snap_nodes d ON d.entity_id = g.dst
 ORDER BY src, dst, edge_type_id
@@ -185,10 +197,11 @@ def configure(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
     con.execute("SET memory_limit = ?", [settings.duckdb_memory_limit])
 
 
-def register_half_lives(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
-    """Register ``snapshot_half_lives(edge_type, half_life_days)`` from ``settings``.
+def prepare_edge_types(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
+    """Create the temp table ``snap_edge_types(edge_type, edge_type_id, half_life_days)``.
 
-    Types without an entry fall back to ``$default_half_life`` inside the SQL.
+    The half-lives of ``settings.half_life_days`` are registered as a small Arrow table for the
+    join; a type they do not list gets ``settings.default_half_life_days``.
     """
     types = sorted(settings.half_life_days)
     table = pa.table(
@@ -198,19 +211,18 @@ def register_half_lives(con: duckdb.DuckDBPyConnection, settings: Settings) -> N
         }
     )
     con.register(HALF_LIVES, table)
+    try:
+        con.execute(
+            f"CREATE OR REPLACE TEMP TABLE snap_edge_types AS {EDGE_TYPES}",
+            {"default_half_life": float(settings.default_half_life_days)},
+        )
+    finally:
+        con.unregister(HALF_LIVES)
 
 
-def edge_params(cutoff: datetime, settings: Settings) -> dict:
-    """The parameters of :data:`EDGES`: the cut-off and the default half-life in days."""
-    return {"cutoff": cutoff, "default_half_life": float(settings.default_half_life_days)}
-
-
-def _copy(con: duckdb.DuckDBPyConnection, query: str, path: Path, params: dict | None = None) -> None:
-    """``COPY (query) TO path`` as zstd Parquet; ``query`` is one of this module's constants."""
-    con.execute(
-        f"COPY ({query}) TO $path (FORMAT parquet, COMPRESSION zstd)",
-        {**(params or {}), "path": str(path)},
-    )
+def copy_to_parquet(con: duckdb.DuckDBPyConnection, query: str, path: Path, params: dict | None = None) -> None:
+    """``COPY (query) TO path`` as Parquet (DuckDB's default snappy); ``query`` is one of this module's constants."""
+    con.execute(f"COPY ({query}) TO $path (FORMAT parquet)", {**(params or {}), "path": str(path)})
 
 
 def build_snapshot(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings: Settings, out_dir: str | Path) -> SnapshotSummary:
@@ -224,28 +236,30 @@ def build_snapshot(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings: S
     """
     out_dir = Path(out_dir)
     configure(con, settings)
-    register_half_lives(con, settings)
-    params = edge_params(cutoff, settings)
     try:
-        con.execute(f"CREATE OR REPLACE TEMP TABLE snap_edges AS {EDGES}", params)
+        prepare_edge_types(con, settings)
+        con.execute(f"CREATE OR REPLACE TEMP TABLE snap_edges AS {EDGES}", {"cutoff": cutoff})
         con.execute(f"CREATE OR REPLACE TEMP TABLE snap_node_types AS {NODE_TYPES}")
-        con.execute(f"CREATE OR REPLACE TEMP TABLE snap_edge_types AS {EDGE_TYPES}")
         node_params = {"cutoff": cutoff, "activity_start": cutoff - timedelta(days=ACTIVITY_DAYS)}
         con.execute(f"CREATE OR REPLACE TEMP TABLE snap_nodes AS {NODES}", node_params)
-        _copy(con, NODES_FILE, out_dir / "nodes.parquet")
-        _copy(con, EDGES_FILE, out_dir / "edges.parquet")
+        copy_to_parquet(con, NODES_FILE, out_dir / "nodes.parquet")
+        copy_to_parquet(con, EDGES_FILE, out_dir / "edges.parquet")
         summary = _summarise(con, cutoff)
+        meta = _meta(con, summary)
     finally:
         for table in ("snap_edges", "snap_node_types", "snap_edge_types", "snap_nodes"):
             con.execute(f"DROP TABLE IF EXISTS {table}")
-        con.unregister(HALF_LIVES)
-    write_json(out_dir / "meta.json", _meta(con, summary, settings))
+    write_json(out_dir / "meta.json", meta)
     return summary
 
 
 def _summarise(con: duckdb.DuckDBPyConnection, cutoff: datetime) -> SnapshotSummary:
     nodes = dict(con.execute("SELECT entity_type, count(*) FROM snap_nodes GROUP BY ALL ORDER BY 1").fetchall())
-    edges = dict(con.execute("SELECT edge_type, count(*) FROM snap_edges GROUP BY ALL ORDER BY 1").fetchall())
+    edges = dict(
+        con.execute(
+            "SELECT t.edge_type, count(*) FROM snap_edges JOIN snap_edge_types t USING (edge_type_id) GROUP BY ALL ORDER BY 1"
+        ).fetchall()
+    )
     used, newest = con.execute(USED).fetchone()
     return SnapshotSummary(
         cutoff=cutoff,
@@ -258,15 +272,15 @@ def _summarise(con: duckdb.DuckDBPyConnection, cutoff: datetime) -> SnapshotSumm
     )
 
 
-def _meta(con: duckdb.DuckDBPyConnection, summary: SnapshotSummary, settings: Settings) -> dict:
-    node_types = [r[0] for r in con.execute(f"{NODE_TYPES} ORDER BY type_id").fetchall()]
-    edge_types = [r[0] for r in con.execute(f"{EDGE_TYPES} ORDER BY edge_type_id").fetchall()]
+def _meta(con: duckdb.DuckDBPyConnection, summary: SnapshotSummary) -> dict:
+    node_types = [r[0] for r in con.execute("SELECT entity_type FROM snap_node_types ORDER BY type_id").fetchall()]
+    edge_types = con.execute("SELECT edge_type, half_life_days FROM snap_edge_types ORDER BY edge_type_id").fetchall()
     return {
         "cutoff": summary.cutoff.timestamp(),
         "cutoff_iso": summary.cutoff.isoformat(),
         "node_types": node_types,
-        "edge_types": edge_types,
-        "half_life_days": {t: settings.half_life(t) for t in edge_types},
+        "edge_types": [name for name, _ in edge_types],
+        "half_life_days": dict(edge_types),
         "num_nodes": summary.num_nodes,
         "num_edges": summary.num_edges,
         "nodes_per_type": summary.nodes_per_type,
@@ -296,7 +310,7 @@ def build_windows(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings: Se
     out_dir = Path(out_dir)
     configure(con, settings)
     bounds = window_bounds(cutoff, settings)
-    _copy(con, WINDOWS, out_dir / "windows.parquet", bounds)
+    copy_to_parquet(con, WINDOWS, out_dir / "windows.parquet", bounds)
     stats = _stats(con, WINDOW_FILE_STATS, {**bounds, "path": str(out_dir / "windows.parquet")})
     meta = {
         **{f"{k}_iso": v.isoformat() for k, v in bounds.items()},
