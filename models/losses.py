@@ -71,6 +71,18 @@ def _common_max(logits: torch.Tensor, reduce_sum: ReduceSum) -> torch.Tensor:
     return reduce_sum(local) / count
 
 
+def standardize(scores: torch.Tensor, scale: float = 0.1) -> torch.Tensor:
+    """Per-prototype z-scores over the batch, times ``scale``: ``scale · (S − mean_b S) / std_b S``.
+
+    Sinkhorn-Knopp on raw cosine scores returns uniform targets when every sample scores every
+    prototype alike (early in training, or when the projection drifts orthogonal to all
+    prototypes); on standardised scores the relative preferences decide, so the targets stay sharp.
+    ``scale`` puts the z-scores in the range of cosine scores, so ``ε`` keeps its meaning.
+    """
+    centred = scores - scores.mean(dim=0, keepdim=True)
+    return scale * centred / centred.std(dim=0, keepdim=True).clamp_min(1e-6)
+
+
 def soft_cross_entropy(targets: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     """``mean_b − Σ_k q_bk log softmax(z_b)_k``: cross-entropy of student logits ``z`` against
     teacher assignments ``q`` (rows of ``q`` sum to one)."""
@@ -126,7 +138,10 @@ class Prototypes(nn.Module):
         the children of that coarse prototype (the best overall when it has no children), so the
         fine prototype always nests in the coarse one when the coarse one has children.
         """
-        coarse_scores, fine_scores = self.scores(z)
+        return self.assign_scores(*self.scores(z))
+
+    def assign_scores(self, coarse_scores: torch.Tensor, fine_scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`assign` from precomputed (e.g. standardised) scores ``[B, K₁]`` and ``[B, K₂]``."""
         coarse = coarse_scores.argmax(dim=1)
         parent = self.hard_parent()
         children = parent[None, :] == coarse[:, None]  # [B, K₂]

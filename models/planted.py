@@ -6,15 +6,19 @@ probability ``p_fine``, of another fine interest of its coarse interest with ``p
 with a uniformly random item otherwise. Events are spread over ``days`` days before ``end``;
 entities appear (``first_seen``) at their first event, so a later cut-off holds new entities.
 
-:func:`snapshot_at` turns events into a :class:`~hir.models.graph.TemporalGraph` at a cut-off with
+:func:`snapshot_at` (in memory) and :func:`write_snapshot` (files) turn events into a :class:`~hir.models.graph.TemporalGraph` at a cut-off with
 the same aggregation as the ``graph_snapshot`` asset (DESIGN §5): per ``(src, dst, type)`` the
 count, last timestamp and ``weight = Σ 2^(-(T - ts)/half_life)``.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import torch
 
 from hir.models.graph import TemporalGraph, build_csr
@@ -93,14 +97,8 @@ def planted_events(
     )
 
 
-def snapshot_at(events: PlantedEvents, cutoff: float, half_life_days: float = 3.0) -> tuple[TemporalGraph, torch.Tensor]:
-    """The snapshot of ``events`` at ``cutoff`` and the entity index of each node.
-
-    Only events with ``ts < cutoff`` count; a node is an entity with at least one such event.
-
-    Returns:
-        ``(graph, entity)`` where ``entity[i]`` indexes ``events.entity_id`` for node ``i``.
-    """
+def _aggregate(events: PlantedEvents, cutoff: float, half_life_days: float) -> dict[str, torch.Tensor]:
+    """Nodes (entities with an event before ``cutoff``) and edges aggregated per ``(src, dst, type)``."""
     keep = events.ts < cutoff
     src, dst, etype, ts = events.src[keep], events.dst[keep], events.edge_type[keep], events.ts[keep]
     present = torch.zeros(events.entity_id.numel(), dtype=torch.bool)
@@ -113,31 +111,79 @@ def snapshot_at(events: PlantedEvents, cutoff: float, half_life_days: float = 3.
     key = (node_of[src] * n + node_of[dst]) * len(EDGE_TYPES) + etype
     unique, inverse = torch.unique(key, return_inverse=True)
     decay = torch.pow(2.0, -(cutoff - ts) / (half_life_days * SECONDS_PER_DAY))
-    weight = torch.zeros(unique.numel(), dtype=torch.float64).index_add_(0, inverse, decay)
-    count = torch.zeros(unique.numel()).index_add_(0, inverse, torch.ones(ts.numel()))
-    last = torch.full((unique.numel(),), -1e18, dtype=torch.float64).scatter_reduce_(0, inverse, ts, "amax")
-    e_type = unique % len(EDGE_TYPES)
     e_src, e_dst = (unique // len(EDGE_TYPES)) // n, (unique // len(EDGE_TYPES)) % n
-    degree = torch.bincount(torch.cat([e_src, e_dst]), minlength=n).float()
     first = torch.full((n,), float(cutoff), dtype=torch.float64)
     first.scatter_reduce_(0, node_of[src], ts, "amin").scatter_reduce_(0, node_of[dst], ts, "amin")
-    activity = torch.zeros(n).index_add_(0, node_of[src], torch.ones(src.numel())).index_add_(0, node_of[dst], torch.ones(dst.numel()))
-    features = torch.stack([degree, ((cutoff - first) / SECONDS_PER_DAY).float(), activity], dim=1)
-    by_type = {
-        name: build_csr(n, e_src[e_type == i], e_dst[e_type == i], e_type[e_type == i], weight[e_type == i], last[e_type == i], count[e_type == i])
-        for i, name in enumerate(EDGE_TYPES)
+    ones = torch.ones(src.numel())
+    return {
+        "entity": entity,
+        "degree": torch.bincount(torch.cat([e_src, e_dst]), minlength=n).double(),
+        "age_days": (cutoff - first) / SECONDS_PER_DAY,
+        "activity": torch.zeros(n, dtype=torch.float64).index_add_(0, node_of[src], ones.double()).index_add_(0, node_of[dst], ones.double()),
+        "src": e_src,
+        "dst": e_dst,
+        "edge_type": unique % len(EDGE_TYPES),
+        "weight": torch.zeros(unique.numel(), dtype=torch.float64).index_add_(0, inverse, decay),
+        "count": torch.zeros(unique.numel(), dtype=torch.int64).index_add_(0, inverse, torch.ones(ts.numel(), dtype=torch.int64)),
+        "last_ts": torch.full((unique.numel(),), -1e18, dtype=torch.float64).scatter_reduce_(0, inverse, ts, "amax"),
     }
+
+
+def snapshot_at(events: PlantedEvents, cutoff: float, half_life_days: float = 3.0) -> tuple[TemporalGraph, torch.Tensor]:
+    """The snapshot of ``events`` at ``cutoff`` and the entity index of each node.
+
+    Only events with ``ts < cutoff`` count; a node is an entity with at least one such event.
+
+    Returns:
+        ``(graph, entity)`` where ``entity[i]`` indexes ``events.entity_id`` for node ``i``.
+    """
+    a = _aggregate(events, cutoff, half_life_days)
+    n = a["entity"].numel()
+    features = torch.stack([a["degree"], a["age_days"], a["activity"]], dim=1).float()
+
+    def csr(sel: torch.Tensor):
+        return build_csr(n, a["src"][sel], a["dst"][sel], a["edge_type"][sel], a["weight"][sel], a["last_ts"][sel], a["count"][sel])
+
     graph = TemporalGraph(
         cutoff=float(cutoff),
-        entity_id=events.entity_id[entity],
-        node_type=events.entity_type[entity],
+        entity_id=events.entity_id[a["entity"]],
+        node_type=events.entity_type[a["entity"]],
         node_features=torch.log1p(features.clamp_min(0)),
         node_types=list(NODE_TYPES),
         edge_types=list(EDGE_TYPES),
-        csr=build_csr(n, e_src, e_dst, e_type, weight, last, count),
-        by_type=by_type,
+        csr=csr(torch.ones_like(a["src"], dtype=torch.bool)),
+        by_type={name: csr(a["edge_type"] == i) for i, name in enumerate(EDGE_TYPES)},
     )
-    return graph, entity
+    return graph, a["entity"]
+
+
+def write_snapshot(events: PlantedEvents, cutoff: float, folder: str | Path, half_life_days: float = 3.0) -> Path:
+    """Write the snapshot at ``cutoff`` in the ``graph_snapshot`` layout (see :mod:`hir.models.graph`)."""
+    a = _aggregate(events, cutoff, half_life_days)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    types = events.entity_type[a["entity"]]
+    nodes = pa.table({
+        "entity_id": events.entity_id[a["entity"]].numpy(),
+        "entity_type": [NODE_TYPES[t] for t in types.tolist()],
+        "type_id": types.numpy(),
+        "degree": a["degree"].numpy(),
+        "age_days": a["age_days"].numpy(),
+        "activity": a["activity"].numpy(),
+    })
+    edges = pa.table({
+        "src": a["src"].numpy(),
+        "dst": a["dst"].numpy(),
+        "edge_type": [EDGE_TYPES[t] for t in a["edge_type"].tolist()],
+        "edge_type_id": a["edge_type"].numpy(),
+        "count": a["count"].numpy(),
+        "last_ts": a["last_ts"].numpy(),
+        "weight": a["weight"].numpy(),
+    })
+    pq.write_table(nodes, folder / "nodes.parquet")
+    pq.write_table(edges, folder / "edges.parquet")
+    (folder / "meta.json").write_text(json.dumps({"cutoff": cutoff, "node_types": NODE_TYPES, "edge_types": EDGE_TYPES}))
+    return folder
 
 
 def split_edges(graph: TemporalGraph, held_out: float, seed: int = 0) -> tuple[TemporalGraph, torch.Tensor]:

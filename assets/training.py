@@ -1,0 +1,299 @@
+"""Training stage (DESIGN §7): the self-supervised HIR encoder and the embeddings of every entity.
+
+``hir_encoder`` trains :class:`hir.models.trainer.Trainer` on the partition's graph snapshot (plus
+world knowledge when present). It checkpoints into ``<artifacts>/hir_encoder/.work-<D>/`` while it
+runs, so a killed run resumes where it stopped, and publishes the final checkpoint as the
+partition (``model.safetensors``, ``optimizer.safetensors``, ``config.json``, ``state.json``).
+With ``HIR_WARM_START`` (default on) it starts from the newest earlier partition's checkpoint and
+fine-tunes for ``HIR_FINETUNE_STEPS``: hashed id tables and prototypes carry over, new entities
+need no resizing.
+
+``entity_embeddings`` embeds every entity of the snapshot (cold-start entities included) with the
+trained teacher through the ``flex`` attention backend and writes ``embeddings.parquet``:
+``entity_id, entity_type, source_key, embedding FLOAT[d], coarse_prototype, fine_prototype,
+model_version, cutoff``.
+"""
+
+import shutil
+
+import dagster as dg
+
+from hir.partitions import cutoff_of, daily_partitions
+from hir.resources import ArtifactStore, TorchRuntime, Warehouse
+from hir.settings import Settings
+from hir.sources.base import SourceError
+
+PARTITIONS = daily_partitions()
+GROUP = "training"
+PREVIEW_ROWS = 10
+_CURVES = ("loss", "loss_proto", "loss_pair", "loss_hier", "loss_eng")
+_COLLAPSE = ("entropy_coarse", "entropy_fine", "top_share_coarse", "top_share_fine", "emb_std")
+
+
+def _snapshot(artifacts: ArtifactStore, partition: str):
+    """The partition's snapshot as a TemporalGraph, or a clear error when it is missing."""
+    from hir.models.graph import load_snapshot
+
+    folder = artifacts.path("graph_snapshot", partition)
+    if not (folder / "meta.json").exists():
+        raise SourceError(f"graph_snapshot {partition} is missing at {folder}; materialise it first")
+    return load_snapshot(folder)
+
+
+def _world_knowledge(artifacts: ArtifactStore, graph):
+    from hir.models.trainer import read_world_knowledge
+
+    return read_world_knowledge(artifacts.path("world_knowledge") / "world_knowledge.parquet", graph.entity_id)
+
+
+def _previous_checkpoint(artifacts: ArtifactStore, partition: str) -> str:
+    """The newest earlier partition of ``hir_encoder`` holding a checkpoint, or ""."""
+    earlier = [p for p in artifacts.partitions("hir_encoder") if p < partition]
+    for p in reversed(earlier):
+        if (artifacts.path("hir_encoder", p) / "state.json").exists():
+            return str(artifacts.path("hir_encoder", p))
+    return ""
+
+
+def _configs(settings: Settings, graph, wk, warm_start: str, backend: str):
+    """Train, encoder and sampler configs from the settings."""
+    from hir.models.sampler import SamplerConfig
+    from hir.models.trainer import TrainConfig, encoder_config_for
+
+    train = TrainConfig(
+        steps=settings.train_steps, batch_size=settings.train_batch, lr=settings.train_lr,
+        coarse=settings.train_coarse, fine=settings.train_fine, w_proto=settings.train_w_proto,
+        w_hier=settings.train_w_hier, w_eng=settings.train_w_eng, checkpoint_every=settings.train_checkpoint_every,
+        log_every=settings.train_log_every, seed=settings.seed, backend=backend,
+        warm_start=warm_start, finetune_steps=settings.finetune_steps,
+    )
+    wk_dim = 0 if wk is None else int(wk.shape[1])
+    encoder = encoder_config_for(graph, settings.train_dim, settings.train_layers, settings.train_heads, wk_dim=wk_dim)
+    sampler = SamplerConfig(broad_tokens=settings.train_broad_tokens, narrow_tokens=settings.train_narrow_tokens)
+    return train, encoder, sampler
+
+
+def _trainer(context, graph, configs, work, wk, device):
+    """A trainer over ``work``; a leftover checkpoint of other settings is discarded with a warning."""
+    from hir.models.trainer import CheckpointMismatch, Trainer
+
+    def log(record):
+        context.log.info("step {step}: loss {loss:.4f} entropy {entropy_coarse:.2f}/{entropy_fine:.2f}".format(**record))
+
+    try:
+        return Trainer(graph, *configs, work, wk=wk, device=device, log=log)
+    except CheckpointMismatch as exc:
+        context.log.warning(f"discarding an interrupted run of other settings: {exc}")
+        shutil.rmtree(work)
+        return Trainer(graph, *configs, work, wk=wk, device=device, log=log)
+
+
+def _curves_plot(metrics: list[dict]) -> dg.MetadataValue:
+    from hir.plots import figure, png_markdown
+
+    fig, (left, right) = figure(10, 3.2, ncols=2)
+    steps = [m["step"] for m in metrics]
+    for name in _CURVES:
+        if metrics and name in metrics[0]:
+            left.plot(steps, [m[name] for m in metrics], label=name)
+    left.set(title="training losses", xlabel="step")
+    left.legend(fontsize=7)
+    for name in _COLLAPSE:
+        if metrics and name in metrics[0]:
+            right.plot(steps, [m[name] for m in metrics], label=name)
+    right.set(title="collapse guards", xlabel="step", ylim=(0, 1.05))
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    return png_markdown(fig, "hir_encoder training")
+
+
+def _metrics_table(record: dict) -> str:
+    rows = "".join(f"| {k} | {v:.4f} |\n" for k, v in record.items() if isinstance(v, float))
+    return "| metric | value |\n|---|---|\n" + rows
+
+
+@dg.asset(
+    partitions_def=PARTITIONS,
+    deps=["graph_snapshot", "world_knowledge"],
+    group_name=GROUP,
+    kinds={"pytorch", "safetensors"},
+    owners=["team:hir"],
+    description=(
+        "Self-supervised graph transformer: the student's narrow views predict the EMA teacher's "
+        "Sinkhorn-Knopp assignments to coarse and fine prototypes, plus an engagement head; "
+        "warm-starts from the previous partition's checkpoint."
+    ),
+)
+def hir_encoder(context: dg.AssetExecutionContext, artifacts: ArtifactStore, torch_runtime: TorchRuntime):
+    settings = Settings.from_env()
+    partition = context.partition_key
+    device = torch_runtime.setup()
+    graph = _snapshot(artifacts, partition)
+    wk = _world_knowledge(artifacts, graph)
+    warm = _previous_checkpoint(artifacts, partition) if settings.warm_start else ""
+    backend = "flex" if device.type == "cuda" else "dense"
+    configs = _configs(settings, graph, wk, warm, backend)
+    work = artifacts.path("hir_encoder", partition).parent / f".work-{partition}"
+    trainer = _trainer(context, graph, configs, work, wk, device)
+    context.log.info(
+        f"training on {graph.num_nodes} nodes, {graph.csr.num_edges // 2} edges, world knowledge "
+        f"{'none' if wk is None else wk.shape[1]}, {'warm from ' + warm if warm else 'from scratch'}"
+    )
+    result = trainer.fit()
+    from hir.models.trainer import CHECKPOINT_FILES
+
+    with artifacts.write_partition("hir_encoder", partition) as out:
+        for name in CHECKPOINT_FILES:
+            shutil.copy2(work / name, out / name)
+    shutil.rmtree(work, ignore_errors=True)
+    folder = artifacts.path("hir_encoder", partition)
+    final = result.metrics[-1] if result.metrics else {}
+    return dg.MaterializeResult(
+        metadata={
+            "checkpoint": dg.MetadataValue.path(str(folder)),
+            "parameters": dg.MetadataValue.int(result.parameters),
+            "steps": dg.MetadataValue.int(result.step),
+            "train_seconds": dg.MetadataValue.float(round(result.seconds, 2)),
+            "warm_started_from": dg.MetadataValue.text(result.warm_started_from or "scratch"),
+            "world_knowledge_dim": dg.MetadataValue.int(0 if wk is None else int(wk.shape[1])),
+            "final_loss": dg.MetadataValue.float(float(final.get("loss", float("nan")))),
+            "final_entropy_coarse": dg.MetadataValue.float(float(final.get("entropy_coarse", float("nan")))),
+            "final_entropy_fine": dg.MetadataValue.float(float(final.get("entropy_fine", float("nan")))),
+            "final_metrics": dg.MetadataValue.md(_metrics_table(final)),
+            "curves": _curves_plot(result.metrics),
+        }
+    )
+
+
+def _source_keys(warehouse: Warehouse, entity_ids) -> dict:
+    with warehouse.connect(read_only=True) as con:
+        rows = con.execute("SELECT entity_id, source_key FROM entities").fetchall()
+    return dict(rows)
+
+
+def _planted_nmi(warehouse: Warehouse, entity_ids, coarse, fine) -> dict | None:
+    """NMI of the coarse/fine prototypes against ``planted_truth`` where that table exists."""
+    import numpy as np
+    from sklearn.metrics import normalized_mutual_info_score
+
+    with warehouse.connect(read_only=True) as con:
+        exists = con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", ["planted_truth"]
+        ).fetchone()[0]
+        if not exists:
+            return None
+        truth = con.execute("SELECT entity_id, coarse_interest, fine_interest FROM planted_truth").fetchall()
+    if not truth:
+        return None
+    index = {int(e): i for i, e in enumerate(entity_ids)}
+    rows = [(index[int(e)], c, f) for e, c, f in truth if int(e) in index and c is not None]
+    with_fine = [r for r in rows if r[2] is not None and r[2] >= 0]
+    if not rows:
+        return None
+    pos, pos_fine = np.array([r[0] for r in rows]), np.array([r[0] for r in with_fine], dtype=np.int64)
+    return {
+        "entities": len(rows),
+        "nmi_coarse": float(normalized_mutual_info_score([r[1] for r in rows], coarse[pos])),
+        # fine_interest is numbered within its coarse interest: the label is the pair.
+        "nmi_fine": float(normalized_mutual_info_score([f"{r[1]}/{r[2]}" for r in with_fine], fine[pos_fine])) if with_fine else float("nan"),
+    }
+
+
+def _embedding_plot(embedding, coarse) -> dg.MetadataValue:
+    """Prototype sizes beside a 2-D PCA map of (at most 5,000) embeddings coloured by coarse prototype."""
+    import numpy as np
+
+    from hir.plots import figure, png_markdown
+
+    fig, (left, right) = figure(10, 3.4, ncols=2)
+    sizes = np.bincount(coarse)
+    left.bar(np.arange(sizes.size), sizes)
+    left.set(title="entities per coarse prototype", xlabel="coarse prototype")
+    rng = np.random.default_rng(0)
+    pick = rng.choice(len(embedding), size=min(5000, len(embedding)), replace=False)
+    x = embedding[pick] - embedding[pick].mean(0)
+    _, _, vt = np.linalg.svd(x, full_matrices=False)
+    xy = x @ vt[:2].T
+    right.scatter(xy[:, 0], xy[:, 1], c=coarse[pick], s=3, cmap="tab20")
+    right.set(title="embedding map (PCA), colour = coarse prototype")
+    fig.tight_layout()
+    return png_markdown(fig, "entity embeddings")
+
+
+@dg.asset(
+    partitions_def=PARTITIONS,
+    deps=["hir_encoder", "graph_snapshot", "world_knowledge"],
+    group_name=GROUP,
+    kinds={"pytorch", "parquet"},
+    owners=["team:hir"],
+    description=(
+        "One embedding per entity existing before the cut-off (cold-start entities included), "
+        "with its nested coarse and fine prototype, from the trained teacher (flex attention)."
+    ),
+)
+def entity_embeddings(
+    context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse, torch_runtime: TorchRuntime
+):
+    import hashlib
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from hir.models.trainer import embed_all, load_model, read_configs
+    from hir.storage import write_parquet
+
+    settings = Settings.from_env()
+    partition = context.partition_key
+    device = torch_runtime.setup()
+    graph = _snapshot(artifacts, partition)
+    wk = _world_knowledge(artifacts, graph)
+    folder = artifacts.path("hir_encoder", partition)
+    if not (folder / "model.safetensors").exists():
+        raise SourceError(f"hir_encoder {partition} is missing at {folder}; materialise it first")
+    model = load_model(folder, max(1, len(graph.edge_types)), device=device)
+    _, _, sampler_config = read_configs(folder)
+    step = max(1, graph.num_nodes // 10)
+
+    def progress(done, total):
+        if done % step < settings.embed_batch or done == total:
+            context.log.info(f"embedded {done}/{total} entities")
+
+    out = embed_all(graph, model, sampler_config, wk=wk, batch_size=settings.embed_batch, backend="flex", device=device, progress=progress)
+    digest = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()[:12]
+    version = f"hir-{partition}-{digest}"
+    entity_ids = graph.entity_id.numpy()
+    types = pq.read_table(artifacts.path("graph_snapshot", partition) / "nodes.parquet", columns=["entity_type"]).column(0)
+    keys = _source_keys(warehouse, entity_ids)
+    embedding = out.embedding.numpy().astype(np.float32)
+    coarse, fine = out.coarse.numpy().astype(np.int32), out.fine.numpy().astype(np.int32)
+    dim = embedding.shape[1]
+    table = pa.table({
+        "entity_id": pa.array(entity_ids, pa.int64()),
+        "entity_type": types,
+        "source_key": pa.array([keys.get(int(e)) for e in entity_ids], pa.string()),
+        "embedding": pa.FixedSizeListArray.from_arrays(pa.array(embedding.reshape(-1), pa.float32()), dim),
+        "coarse_prototype": pa.array(coarse, pa.int32()),
+        "fine_prototype": pa.array(fine, pa.int32()),
+        "model_version": pa.array([version] * len(entity_ids), pa.string()),
+        "cutoff": pa.array([cutoff_of(partition)] * len(entity_ids), pa.timestamp("us", tz="UTC")),
+    })
+    with artifacts.write_partition("entity_embeddings", partition) as tmp:
+        write_parquet(tmp / "embeddings.parquet", table)
+    nmi = _planted_nmi(warehouse, entity_ids, coarse, fine)
+    preview = table.slice(0, PREVIEW_ROWS).select(["entity_id", "entity_type", "source_key", "coarse_prototype", "fine_prototype"])
+    metadata = {
+        "dagster/row_count": dg.MetadataValue.int(table.num_rows),
+        "dimension": dg.MetadataValue.int(dim),
+        "model_version": dg.MetadataValue.text(version),
+        "coarse_prototypes_used": dg.MetadataValue.int(int(np.unique(coarse).size)),
+        "fine_prototypes_used": dg.MetadataValue.int(int(np.unique(fine).size)),
+        "preview": dg.MetadataValue.md(preview.to_pandas().to_markdown(index=False)),
+        "plot": _embedding_plot(embedding, coarse),
+        "path": dg.MetadataValue.path(str(artifacts.path("entity_embeddings", partition) / "embeddings.parquet")),
+    }
+    if nmi:
+        metadata["nmi_coarse_vs_planted"] = dg.MetadataValue.float(round(nmi["nmi_coarse"], 4))
+        metadata["nmi_fine_vs_planted"] = dg.MetadataValue.float(round(nmi["nmi_fine"], 4))
+        context.log.info(f"NMI vs planted truth over {nmi['entities']} entities: coarse {nmi['nmi_coarse']:.3f}, fine {nmi['nmi_fine']:.3f}")
+    return dg.MaterializeResult(metadata=metadata)

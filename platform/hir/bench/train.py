@@ -1,0 +1,102 @@
+"""Training throughput of the HIR encoder: `hir bench train --json`.
+
+Times ``--steps`` optimiser steps (after ``--warmup`` untimed ones) on a planted graph and counts
+the floating-point operations of one step with ``torch.utils.flop_counter.FlopCounterMode``
+(teacher forward, student forward and backward). The model FLOP utilisation is measured against
+a large float32 matmul timed in the same run: ``mfu = achieved_gflops / matmul_peak_gflops``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--steps", type=int, default=5, help="timed steps")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    parser.add_argument("--batch", type=int, default=64, help="positive edges per step (anchors = 4x)")
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--broad-tokens", type=int, default=64)
+    parser.add_argument("--narrow-tokens", type=int, default=16)
+    parser.add_argument("--users", type=int, default=2000, help="planted graph size (items = users / 2)")
+    parser.add_argument("--matmul", type=int, default=2048, help="side of the peak-FLOPS matmul")
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
+
+
+def matmul_peak_gflops(n: int, device, repeats: int = 5) -> float:
+    """Best-of-``repeats`` GFLOP/s of an ``n × n`` float32 matmul (``2n³`` FLOPs)."""
+    import torch
+
+    a = torch.randn(n, n, device=device)
+    b = torch.randn(n, n, device=device)
+    best = float("inf")
+    for _ in range(repeats + 1):
+        _sync(device)
+        start = time.perf_counter()
+        (a @ b).sum().item()
+        _sync(device)
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e9
+
+
+def _sync(device) -> None:
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _trainer(args: argparse.Namespace, device, out: str):
+    from hir.models.planted import planted_events, snapshot_at
+    from hir.models.sampler import SamplerConfig
+    from hir.models.trainer import TrainConfig, Trainer, encoder_config_for
+
+    events = planted_events(users=args.users, items=max(2, args.users // 2), coarse=8, fine_per_coarse=6, events_per_user=20)
+    graph, _ = snapshot_at(events, float(events.ts.max()) + 1)
+    backend = "flex" if device.type == "cuda" else "dense"
+    total = args.warmup + args.steps + 1
+    config = TrainConfig(steps=total, batch_size=args.batch, checkpoint_every=10 * total, log_every=10 * total, backend=backend)
+    encoder = encoder_config_for(graph, args.dim, args.layers, args.heads)
+    sampler = SamplerConfig(broad_tokens=args.broad_tokens, narrow_tokens=args.narrow_tokens)
+    return Trainer(graph, config, encoder, sampler, out, device=device), config
+
+
+def run(args: argparse.Namespace) -> dict:
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device))
+    with tempfile.TemporaryDirectory() as out:
+        trainer, config = _trainer(args, device, out)
+        for _ in range(args.warmup):
+            trainer.train_step()
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            trainer.train_step()
+        _sync(device)
+        step_s = (time.perf_counter() - start) / max(1, args.steps)
+        with FlopCounterMode(display=False) as counter:
+            trainer.train_step()
+        flops = counter.get_total_flops()
+    peak = matmul_peak_gflops(args.matmul, device)
+    views = 4 * args.batch * (1 + config.narrow_views)
+    achieved = flops / step_s / 1e9
+    return {
+        "views_per_s": round(views / step_s, 1),
+        "step_ms": round(step_s * 1000, 2),
+        "model_gflop_per_step": round(flops / 1e9, 4),
+        "achieved_gflops": round(achieved, 3),
+        "matmul_peak_gflops": round(peak, 2),
+        "mfu": round(achieved / peak, 5),
+        "device": str(device),
+        "backend": config.backend,
+        "graph": "planted",
+    }

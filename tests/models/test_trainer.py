@@ -1,0 +1,161 @@
+"""The trainer on a small planted graph: learning, no collapse, engagement, checkpoints, DDP, warm start."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from hir.models.encoder import EncoderConfig
+from hir.models.engagement import auc
+from hir.models.losses import usage_entropy
+from hir.models.planted import planted_events, snapshot_at, split_edges, write_snapshot
+from hir.models.sampler import SamplerConfig
+from hir.models.trainer import (
+    CheckpointMismatch,
+    TrainConfig,
+    Trainer,
+    embed_all,
+    encoder_config_for,
+    load_model,
+)
+
+SAMPLER = SamplerConfig(broad_tokens=24, broad_walkers=12, broad_steps=6, narrow_tokens=8, narrow_walkers=8, narrow_steps=3)
+
+
+def tiny_config(**overrides) -> TrainConfig:
+    values = dict(steps=8, batch_size=16, coarse=4, fine=8, proj_dim=16, log_every=2, checkpoint_every=100, warmup_steps=2)
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def encoder_for(graph) -> EncoderConfig:
+    return encoder_config_for(graph, dim=16, layers=1, heads=2, hash_buckets=2048, dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def planted():
+    events = planted_events(users=160, items=100, coarse=4, fine_per_coarse=2, events_per_user=10, p_fine=0.8, p_coarse=0.15)
+    graph, entity = snapshot_at(events, float(events.ts.max()) + 1)
+    return events, graph, entity
+
+
+@pytest.fixture(scope="module")
+def trained(planted, tmp_path_factory):
+    """One run of 120 steps on the planted graph with 15% of the edges held out."""
+    torch.set_num_threads(1)
+    _, graph, _ = planted
+    train_graph, held = split_edges(graph, 0.15, seed=0)
+    out = tmp_path_factory.mktemp("trained")
+    config = tiny_config(steps=120, batch_size=32, log_every=10, lr=5e-3)
+    result = Trainer(train_graph, config, encoder_for(graph), SAMPLER, out).fit()
+    return train_graph, held, out, result
+
+
+def test_loss_decreases(trained):
+    *_, result = trained
+    losses = [m["loss"] for m in result.metrics]
+    assert len(losses) == 12
+    assert sum(losses[-3:]) / 3 < sum(losses[:2]) / 2
+
+
+def test_prototype_usage_stays_above_half_its_maximum(trained):
+    train_graph, _, out, _ = trained
+    emb = embed_all(train_graph, load_model(out, len(train_graph.edge_types)), SAMPLER, backend="dense", batch_size=128)
+    assert emb.embedding.shape == (train_graph.num_nodes, 16)
+    assert usage_entropy(emb.coarse, 4) > 0.5
+    assert usage_entropy(emb.fine, 8) > 0.5
+
+
+def test_engagement_head_ranks_held_out_edges_above_negatives(trained):
+    train_graph, held, out, _ = trained
+    model = load_model(out, len(train_graph.edge_types))
+    emb = embed_all(train_graph, model, SAMPLER, backend="dense", batch_size=128).embedding
+    src, dst, etype = held.T
+    items = torch.nonzero(train_graph.node_type == 1).flatten()
+    fake = items[torch.randint(0, items.numel(), (dst.numel(),), generator=torch.Generator().manual_seed(0))]
+    age = torch.zeros(dst.numel())
+    with torch.no_grad():
+        pos = model.engagement(emb[src], emb[dst], etype, age)
+        neg = model.engagement(emb[src], emb[fake], etype, age)
+    assert auc(pos, neg) > 0.7
+
+
+def test_checkpoint_files_and_state(trained):
+    *_, out, result = trained
+    state = json.loads((out / "state.json").read_text())
+    assert state["step"] == 120 and state["parameters"] == result.parameters
+    assert {"python", "numpy", "torch"} <= set(state["rng"])
+    weights = load_file(str(out / "model.safetensors"))
+    assert any(k.startswith("teacher.prototypes") for k in weights)
+    assert load_file(str(out / "optimizer.safetensors"))
+
+
+def test_kill_and_resume_equals_uninterrupted(planted, tmp_path):
+    _, graph, _ = planted
+    config = tiny_config(steps=6, checkpoint_every=3)
+    straight = Trainer(graph, config, encoder_for(graph), SAMPLER, tmp_path / "straight").fit()
+    Trainer(graph, config, encoder_for(graph), SAMPLER, tmp_path / "resumed").fit(stop_after=3)
+    resumed = Trainer(graph, config, encoder_for(graph), SAMPLER, tmp_path / "resumed")
+    assert resumed.step == 3
+    result = resumed.fit()
+    assert result.step == straight.step == 6
+    a = load_file(str(tmp_path / "straight" / "model.safetensors"))
+    b = load_file(str(tmp_path / "resumed" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.allclose(a[key], b[key], atol=1e-6), key
+    assert [m["loss"] for m in straight.metrics] == pytest.approx([m["loss"] for m in result.metrics], rel=1e-5)
+
+
+def test_checkpoint_with_other_config_is_refused(planted, tmp_path):
+    _, graph, _ = planted
+    Trainer(graph, tiny_config(steps=2), encoder_for(graph), SAMPLER, tmp_path).fit()
+    with pytest.raises(CheckpointMismatch, match=r"train\.coarse: checkpoint 4 != requested 6"):
+        Trainer(graph, tiny_config(steps=2, coarse=6), encoder_for(graph), SAMPLER, tmp_path)
+    # Logging and checkpoint cadence change no number: those may differ.
+    Trainer(graph, tiny_config(steps=2, log_every=1), encoder_for(graph), SAMPLER, tmp_path)
+
+
+def test_warm_start_carries_weights_to_a_grown_graph(tmp_path):
+    events = planted_events(users=120, items=80, events_per_user=8, days=4.0)
+    day = 86_400.0
+    end = float(events.ts.max()) + 1
+    old, _ = snapshot_at(events, end - day)
+    new, _ = snapshot_at(events, end)
+    assert new.num_nodes >= old.num_nodes
+    Trainer(old, tiny_config(steps=4), encoder_for(old), SAMPLER, tmp_path / "day1").fit()
+    config = tiny_config(steps=4, warm_start=str(tmp_path / "day1"), finetune_steps=2)
+    warm = Trainer(new, config, encoder_for(new), SAMPLER, tmp_path / "day2")
+    before = load_file(str(tmp_path / "day1" / "model.safetensors"))
+    assert torch.equal(warm.student.prototypes.fine.detach(), before["student.prototypes.fine"])
+    result = warm.fit()
+    assert result.step == 2 and result.warm_started_from == str(tmp_path / "day1")
+    with pytest.raises(CheckpointMismatch, match="encoder.dim"):
+        bigger = encoder_config_for(new, dim=32, layers=1, heads=2, hash_buckets=2048, dropout=0.0)
+        Trainer(new, config, bigger, SAMPLER, tmp_path / "day2b")
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_end_with_equal_weights(tmp_path):
+    events = planted_events(users=80, items=60, events_per_user=6)
+    snapshot = write_snapshot(events, float(events.ts.max()) + 1, tmp_path / "snapshot")
+    out = tmp_path / "ddp"
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "hir.models.train_ddp",
+        "--snapshot", str(snapshot), "--out", str(out), "--steps", "3", "--batch", "8", "--dim", "16", "--layers", "1",
+        "--heads", "2", "--coarse", "4", "--fine", "8", "--broad-tokens", "16", "--narrow-tokens", "6", "--log-every", "1",
+        "--rank-weights",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert '"world_size": 2' in done.stdout
+    r0, r1 = load_file(str(out / "rank0.safetensors")), load_file(str(out / "rank1.safetensors"))
+    assert r0.keys() == r1.keys()
+    for key in r0:
+        assert torch.allclose(r0[key], r1[key], atol=1e-6), key
+    assert json.loads((out / "state.json").read_text())["world_size"] == 2
