@@ -107,9 +107,16 @@ def _ensure_table(con: duckdb.DuckDBPyConnection, table: str, dimension: int) ->
 def _pending(con: duckdb.DuckDBPyConnection, table: str, sql: str, model: str, extra: str = "") -> pa.Table:
     """Content rows (one per hash) without a cached row for ``model``."""
     if not table_exists(con, table):
-        return con.sql(sql.format(cached="")).to_arrow_table()
+        return _arrow(con, sql.format(cached=""))
     cached = f"AND content_hash NOT IN (SELECT content_hash FROM {table} WHERE model = ? {extra})"
-    return con.sql(sql.format(cached=cached), params=[model]).to_arrow_table()
+    return _arrow(con, sql.format(cached=cached), [model])
+
+
+def _arrow(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> pa.Table:
+    """The result of ``sql`` as an Arrow table, read on a cursor of ``con`` (outside any open
+    transaction) so a result left open on ``con`` does not block it."""
+    with con.cursor() as cursor:
+        return cursor.sql(sql, params=params or None).to_arrow_table()
 
 
 def _count_needed(con: duckdb.DuckDBPyConnection, sql: str) -> int:
@@ -294,7 +301,7 @@ def fuse(con: duckdb.DuckDBPyConnection, text_model: str | None, clip_model: str
                  _block_dimension(con, CLIP_TABLE, clip_model, "text_vector"))
     models = [m for m, d in ((text_model, d_text), (clip_model, d_clip)) if d]
     model = "fused(" + ",".join(f"{k}={m}" for k, m, d in (("text", text_model, d_text), ("clip", clip_model, d_clip)) if d) + ")"
-    frame = con.sql(_fuse_query(d_text, d_clip), params=models or None).to_arrow_table()
+    frame = _arrow(con, _fuse_query(d_text, d_clip), models)
     m, has_minilm = _block(frame, "m", d_text)
     image, has_image = _block(frame, "ci", d_clip)
     clip_text, has_clip_text = _block(frame, "ct", d_clip)
