@@ -35,7 +35,9 @@ Every file is read once, with a header; its rows are checked against every secti
 repeated rows are rejected, so each input row is accepted or rejected once. A relation whose
 ``dst`` column is empty in a row, or that would link an entity to itself, is not emitted for that
 row (the row may still give an entity).
-Relations without ``valid_from`` have none (NULL).
+A relation without ``valid_from`` is valid from its src entity's first event in the input, else
+from the input's first event; with no events at all it has none (NULL), and graph snapshots,
+which take relations valid before their cut-off, leave it out.
 """
 
 from __future__ import annotations
@@ -211,6 +213,23 @@ def _relations(rows: pd.DataFrame, n: int, item: dict) -> pd.DataFrame:
     )
 
 
+def _default_valid_from(relations: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    """Fill missing ``valid_from`` with the src entity's first event time, else the batch's first event time."""
+    since = pd.to_datetime(relations["valid_from"], utc=True)
+    if not since.isna().any() or events.empty:
+        return relations
+    ends = pd.concat(
+        [
+            events[["src_type", "src_key", "ts"]].set_axis(["type", "key", "ts"], axis=1),
+            events[["dst_type", "dst_key", "ts"]].set_axis(["type", "key", "ts"], axis=1),
+        ]
+    )
+    first = ends.groupby(["type", "key"])["ts"].min()
+    wanted = pd.MultiIndex.from_arrays([relations["src_type"], relations["src_key"]])
+    fill = pd.to_datetime(pd.Series(first.reindex(wanted).to_numpy(), index=relations.index), utc=True)
+    return relations.assign(valid_from=since.fillna(fill.fillna(events["ts"].min())))
+
+
 def _by_file(mapping: dict, path: Path, folder: Path) -> dict[Path, list[tuple[str, int, dict]]]:
     """Input file → the (section, index, item) entries that read it."""
     uses: dict[Path, list[tuple[str, int, dict]]] = {}
@@ -251,5 +270,7 @@ def read(path: Path, settings: Settings) -> SourceBatch:
             else:
                 out["relations"].append(_relations(table.frame, n, item))
     frames = {k: pd.concat(v, ignore_index=True) for k, v in out.items() if v}
+    if "relations" in frames and "events" in frames:
+        frames["relations"] = _default_valid_from(frames["relations"], frames["events"])
     files = list(_by_file(mapping, path, folder))
     return make_batch(SOURCE, path, files, tables, salt=mapping_path.read_text(encoding="utf-8"), **frames)

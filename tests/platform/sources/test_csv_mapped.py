@@ -151,3 +151,13 @@ def test_loading_twice_adds_nothing_and_mapping_change_is_a_new_input(tmp_path):
         assert not load_batch(con, _read(folder)).skipped
         assert table_counts(con)["events"] == counts["events"]  # same events are not duplicated
     assert counts == {"entities": 4, "events": 2, "relations": 1, "content": 2, "rejected_rows": 0}
+
+
+def test_relation_without_valid_from_starts_at_its_first_event(tmp_path):
+    mapping = MAPPING.replace('    valid_from: {constant: "2024-01-01"}\n', "")
+    items = ITEMS + "p3,Green shirt,shirts,p1.jpg,green\n"
+    log = LOG + "u3,p2,view,2024-03-01T09:00:00Z,1\n"
+    batch = _read(_folder(tmp_path, mapping=mapping, log=log, items=items))
+    since = batch.relations.set_index("src_key")["valid_from"]
+    assert since["p1"] == pd.Timestamp("2024-03-01T10:00:00Z")  # p1's first event
+    assert since["p3"] == pd.Timestamp("2024-03-01T09:00:00Z")  # never seen: the input's first event
