@@ -10,7 +10,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from hir.feast_store import FeastStore, check_feature_table, newest_cutoff, table_path, table_types, view_name
+from hir.feast_store import FeastStore, check_feature_table, table_partitions, table_path, table_types, view_name
 from hir.partitions import cutoff_of, daily_partitions
 from hir.resources import ArtifactStore
 
@@ -97,24 +97,44 @@ def feast_registry(context: dg.AssetExecutionContext, feast: FeastStore) -> dg.M
     description="The Feast SQLite online store after materialising this partition: for each entity the "
                 "newest row with cut-off in [this cut-off, newest cut-off written], so re-materialising "
                 "an older partition never replaces newer vectors.",
+    check_specs=[dg.AssetCheckSpec("online_matches_tables", asset="feast_online",
+                                   description="sampled online vectors equal the newest feature table's")],
 )
-def feast_online(context: dg.AssetExecutionContext, feast: FeastStore) -> dg.MaterializeResult:
+def feast_online(context: dg.AssetExecutionContext, feast: FeastStore):
     partition = context.partition_key
-    start = cutoff_of(partition)
-    end = max(start, newest_cutoff(feast.artifacts_dir) or start)
+    newest = table_partitions(feast.artifacts_dir)[-1]
+    start, end = cutoff_of(partition), max(cutoff_of(partition), cutoff_of(newest))
     types = table_types(feast.artifacts_dir, partition)
     store = feast.store()
     context.log.info(f"materialising {', '.join(types)} over [{start.isoformat()}, {end.isoformat()}]")
     feast.materialize(start, end, types, store)
     online = _online_rows(feast.online_path, store.project, types)
     preview = _preview(feast, store, types, partition) if types else "no feature tables"
-    return dg.MaterializeResult(metadata={
+    yield dg.MaterializeResult(metadata={
         "dagster/row_count": dg.MetadataValue.int(sum(online.values())),
         "online_store": dg.MetadataValue.path(str(feast.online_path)),
         "window": dg.MetadataValue.text(f"[{start.isoformat()}, {end.isoformat()}]"),
         "entities_online": dg.MetadataValue.json(online),
         "preview": dg.MetadataValue.md(preview),
     })
+    mismatches = {t: _mismatches(feast, store, t, newest) for t in types}
+    yield dg.AssetCheckResult(check_name="online_matches_tables", passed=not any(mismatches.values()),
+                              metadata={"mismatched_keys_by_type": dg.MetadataValue.json(mismatches),
+                                        "compared_with_partition": dg.MetadataValue.text(newest)})
+
+
+def _mismatches(feast: FeastStore, store, entity_type: str, partition: str, sample: int = 20) -> int:
+    """Keys among the first ``sample`` of a type whose online embedding differs from ``partition``'s table."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    path = table_path(feast.artifacts_dir, partition, entity_type)
+    if not path.exists():
+        return 0
+    table = pq.read_table(path, columns=[f"{entity_type}_key", "hir_embedding"]).slice(0, sample)
+    got = feast.online(entity_type, table.column(0).to_pylist(), features=["hir_embedding"], store=store)
+    return sum(g is None or not np.array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32))
+               for g, w in zip(got["hir_embedding"], table.column(1).to_pylist()))
 
 
 def _online_rows(db_path: Path, project: str, types: list[str]) -> dict[str, int]:

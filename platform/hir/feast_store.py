@@ -20,7 +20,7 @@ names for the Feast CLI; the resource applies the same objects.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -319,14 +319,6 @@ class FeastStore(dg.ConfigurableResource):
         return out.sort_values("_row").drop(columns="_row").reset_index(drop=True)
 
 
-def newest_cutoff(artifacts_dir: Path) -> datetime | None:
-    """The greatest cut-off among the feature-table partitions written so far."""
-    from hir.partitions import cutoff_of
-
-    parts = sorted(p.name for p in (Path(artifacts_dir) / FEATURE_TABLES).glob("[0-9]*") if p.is_dir())
-    return cutoff_of(parts[-1]) if parts else None
-
-
-def utc(moment: datetime) -> datetime:
-    """``moment`` as an aware UTC datetime (naive values are taken as UTC)."""
-    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
+def table_partitions(artifacts_dir: Path) -> list[str]:
+    """The feature-table partitions written so far, oldest first."""
+    return sorted(p.name for p in (Path(artifacts_dir) / FEATURE_TABLES).glob("[0-9]*") if p.is_dir())

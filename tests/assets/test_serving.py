@@ -37,11 +37,14 @@ def test_partitions_materialise_in_any_order_and_keep_the_newest(settings):
     v2 = write_fake_upstream(settings.artifacts_dir, P2, COUNTS, 8, seed=2, with_tokens=False, model_version="m2")
     first = _run(settings, P1)
     assert first.success
-    assert _check_results(first) == {"finite_vectors": True, "embedding_dim": True, "one_row_per_entity": True}
+    assert _check_results(first) == {"finite_vectors": True, "embedding_dim": True, "one_row_per_entity": True,
+                                     "online_matches_tables": True}
     tokens = pq.read_table(table_path(settings.artifacts_dir, P1, "product")).column("bom_tokens").to_pylist()
     assert all(len(t) == 3 for t in tokens)
     assert _run(settings, P2).success
-    assert _run(settings, P1).success, "re-materialising an older partition"
+    again = _run(settings, P1)
+    assert again.success, "re-materialising an older partition"
+    assert _check_results(again)["online_matches_tables"] is True
     feast = FeastStore.from_settings(settings)
     got = feast.online("user", [f"user-{i}" for i in range(COUNTS["user"])] + ["stranger"])
     np.testing.assert_array_equal(np.array(got["hir_embedding"][:-1], np.float32), v2["user"])
