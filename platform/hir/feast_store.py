@@ -34,7 +34,6 @@ from hir.settings import Settings, SettingsError
 from hir.storage import write_parquet
 
 REPO_DIR = Path(__file__).resolve().parents[2] / "feature_repo"
-PROJECT = "hir"
 FEATURE_TABLES = "feature_tables"
 TIMESTAMP_FIELD = "cutoff"
 RANKER_SERVICE = "ranker_v1"
@@ -88,7 +87,7 @@ def table_glob(artifacts_dir: Path, entity_type: str) -> str:
 def table_types(artifacts_dir: Path, partition: str | None = None) -> list[str]:
     """Entity types with a feature table in ``partition`` (or in any partition), sorted."""
     base = Path(artifacts_dir) / FEATURE_TABLES
-    folders = [base / partition] if partition else [p for p in base.glob("[0-9]*") if p.is_dir()]
+    folders = [base / p for p in ([partition] if partition else table_partitions(artifacts_dir))]
     return sorted({f.stem for d in folders if d.is_dir() for f in d.glob("*.parquet")})
 
 
@@ -146,10 +145,15 @@ def write_feature_tables(embeddings_path: Path, tokens_path: Path | None, cutoff
     bad = pc.sum(pc.not_equal(stamps, pa.scalar(cutoff, pa.timestamp("us", tz="UTC")))).as_py() or 0
     if bad:
         raise ValueError(f"{embeddings_path}: {bad} rows have a cut-off other than the partition's {cutoff.isoformat()}")
+    missing = emb.column("source_key").null_count + emb.column("entity_type").null_count
+    if missing:
+        raise ValueError(f"{embeddings_path}: {missing} rows lack a source_key or entity_type")
     tokens = _read_tokens(tokens_path)
     out = {}
     for raw_type in pc.unique(emb.column("entity_type")).to_pylist():
         t = type_name(raw_type)
+        if t in out:
+            raise ValueError(f"{embeddings_path}: entity types collide on the Feast name {t!r}")
         part = emb.filter(pc.equal(emb.column("entity_type"), raw_type))
         table = _feature_table(part, tokens, t, cutoff)
         write_parquet(Path(out_dir) / f"{t}.parquet", table)
@@ -303,7 +307,9 @@ class FeastStore(dg.ConfigurableResource):
                 and any labels. Each example gets, per view, the row with the greatest cut-off
                 ``<= event_timestamp`` (features known at that moment), or nulls if none.
             features: a feature service name (default ``ranker_v1``) or ``view:feature`` references.
-        Returns the frame in the input's row order with feature columns ``<view>__<feature>``.
+            store: an open ``feast.FeatureStore`` to reuse (default: a new one).
+        Join keys are source-key strings. Returns the frame in the input's row order with feature
+        columns ``<view>__<feature>``.
         """
         import pandas as pd
 

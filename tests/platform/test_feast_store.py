@@ -169,6 +169,17 @@ def test_feature_tables_refuse_rows_of_another_cutoff(tmp_path):
                              cutoff_of(P2), tmp_path / "out")
 
 
+def test_feature_tables_refuse_rows_without_a_key(tmp_path):
+    settings = Settings.from_env(data_home=tmp_path)
+    write_fake_upstream(settings.artifacts_dir, P1, {"user": 3}, 4)
+    path = settings.artifacts_dir / "entity_embeddings" / P1 / "embeddings.parquet"
+    table = pq.read_table(path)
+    keys = pa.array(["user-0", None, "user-2"], pa.string())
+    write_parquet(path, table.set_column(table.schema.get_field_index("source_key"), "source_key", keys))
+    with pytest.raises(ValueError, match="1 rows lack a source_key"):
+        write_feature_tables(path, None, cutoff_of(P1), tmp_path / "out")
+
+
 def test_feature_tables_split_by_type_with_tokens(tmp_path):
     settings = Settings.from_env(data_home=tmp_path)
     write_fake_upstream(settings.artifacts_dir, P1, {"user": 3, "Ad Group": 2}, 4)
