@@ -124,7 +124,10 @@ class Table:
         blank = np.ones(len(self.frame), dtype=bool)
         for column in self.columns:
             blank &= (self.frame[column].str.strip() == "").to_numpy()
+        before = len(self.rejected)
         self.reject(blank, "empty line")
+        if len(self.rejected) > before:
+            self.rejected[-1]["raw"] = ""
 
     def require(self, columns: Iterable[str]) -> None:
         """Reject rows with an empty value in any of ``columns`` ("missing field C")."""

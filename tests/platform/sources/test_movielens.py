@@ -89,6 +89,9 @@ def test_missing_and_broken_files_raise_one_line(tmp_path):
     shutil.rmtree(tmp_path / "ml")
     with pytest.raises(SourceError, match=r"movies\.csv: missing columns genres \(header has movieId, title\)$"):
         _read(_folder(tmp_path, movies="movieId,title\n1,Toy Story\n"))
+    shutil.rmtree(tmp_path / "ml")
+    with pytest.raises(SourceError, match=r"tags\.csv: MovieLens tags file is empty$"):
+        _read(_folder(tmp_path, tags=""))
     with pytest.raises(SourceError, match="expected the MovieLens folder"):
         _read(tmp_path / "ml" / "ratings.csv")
 
