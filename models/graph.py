@@ -11,7 +11,11 @@ A snapshot at cut-off ``T`` (see ``hir.assets.graph``) is two Parquet files and 
 
 :func:`load_snapshot` turns them into a :class:`TemporalGraph`: the merged, symmetric CSR over all
 edge types (each stored edge appears in both directions) with per-entry edge attributes, and a CSR
-per edge type. Arrow columns of fixed-width types without nulls are wrapped, not copied.
+per edge type (the merged CSR's entries of that type, in the same order). Arrow columns of the
+dtype torch needs, in one chunk and without nulls, are wrapped, not copied (``entity_id``,
+``type_id``, ``src``, ``dst``, ``edge_type_id``, ``count``, ``last_ts`` and ``weight`` are written in
+those dtypes); other columns are converted once. A snapshot whose edges name a node that is not in
+``nodes.parquet`` is refused with a :class:`SnapshotError`.
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+
+
+class SnapshotError(ValueError):
+    """A snapshot folder that breaks the layout above; the message names the file and the problem."""
 
 
 @dataclass
@@ -45,10 +53,27 @@ class CSR:
     def degree(self) -> torch.Tensor:
         return self.indptr[1:] - self.indptr[:-1]
 
+    def rows(self) -> torch.Tensor:
+        """The row (source node) of every entry, ``int64 [E]``, in CSR order."""
+        return torch.repeat_interleave(torch.arange(self.indptr.numel() - 1), self.degree())
+
     def to_edge_list(self) -> torch.Tensor:
         """``[2, E]`` (row, col) pairs in CSR order."""
-        rows = torch.repeat_interleave(torch.arange(self.indptr.numel() - 1), self.degree())
-        return torch.stack([rows, self.indices])
+        return torch.stack([self.rows(), self.indices])
+
+    def select(self, keep: torch.Tensor) -> "CSR":
+        """The CSR of the entries where the boolean ``keep [E]`` holds, order within rows kept."""
+        counts = torch.bincount(self.rows()[keep], minlength=self.indptr.numel() - 1)
+        indptr = torch.zeros_like(self.indptr)
+        indptr[1:] = torch.cumsum(counts, 0)
+        return CSR(
+            indptr=indptr,
+            indices=self.indices[keep],
+            edge_type=self.edge_type[keep],
+            weight=self.weight[keep],
+            last_ts=self.last_ts[keep],
+            count=self.count[keep],
+        )
 
 
 @dataclass
@@ -92,7 +117,17 @@ def build_csr(
     count: torch.Tensor,
     symmetric: bool = True,
 ) -> CSR:
-    """CSR over ``num_nodes`` from an edge list; ``symmetric`` adds each edge's reverse."""
+    """CSR over ``num_nodes`` from an edge list; ``symmetric`` adds each edge's reverse.
+
+    Args:
+        num_nodes: N; ``src`` and ``dst`` are node indices in ``[0, N)``.
+        src, dst: int64 ``[E]`` endpoints.
+        edge_type: ``[E]`` edge-type ids; weight: ``[E]`` decayed weights;
+        last_ts: ``[E]`` unix seconds of the newest event; count: ``[E]`` events per edge.
+        symmetric: also store ``dst → src`` for every edge (a self-loop then appears twice).
+
+    Entries are ordered by ``(row, col)``, ties in input order.
+    """
     if symmetric:
         src, dst = torch.cat([src, dst]), torch.cat([dst, src])
         edge_type, weight = edge_type.repeat(2), weight.repeat(2)
@@ -111,12 +146,37 @@ def build_csr(
     )
 
 
+def _check_endpoints(folder: Path, src: torch.Tensor, dst: torch.Tensor, num_nodes: int) -> None:
+    for name, ends in (("src", src), ("dst", dst)):
+        bad = (ends < 0) | (ends >= num_nodes)
+        if bool(bad.any()):
+            row = int(torch.nonzero(bad)[0])
+            raise SnapshotError(
+                f"{folder / 'edges.parquet'}: row {row}: {name}={int(ends[row])} is not a node "
+                f"(nodes.parquet has {num_nodes} rows)"
+            )
+
+
+def _read(folder: Path, name: str, required: tuple[str, ...]) -> pa.Table:
+    path = folder / name
+    if not path.exists():
+        raise SnapshotError(f"{path}: missing; is {folder} a graph_snapshot partition?")
+    table = pq.read_table(path, memory_map=True)
+    missing = [c for c in required if c not in table.column_names]
+    if missing:
+        raise SnapshotError(f"{path}: missing column(s) {', '.join(missing)}")
+    for column in required:
+        if table.column(column).null_count:
+            raise SnapshotError(f"{path}: column {column} has {table.column(column).null_count} null value(s)")
+    return table
+
+
 def load_snapshot(folder: str | Path) -> TemporalGraph:
-    """Load a snapshot folder written by the ``graph_snapshot`` asset."""
+    """Load a snapshot folder written by the ``graph_snapshot`` asset (layout in the module docstring)."""
     folder = Path(folder)
     meta = json.loads((folder / "meta.json").read_text())
-    nodes = pq.read_table(folder / "nodes.parquet")
-    edges = pq.read_table(folder / "edges.parquet")
+    nodes = _read(folder, "nodes.parquet", ("entity_id", "type_id", "degree", "age_days", "activity"))
+    edges = _read(folder, "edges.parquet", ("src", "dst", "edge_type_id", "count", "last_ts", "weight"))
     num_nodes = nodes.num_rows
     features = torch.stack(
         [
@@ -127,14 +187,12 @@ def load_snapshot(folder: str | Path) -> TemporalGraph:
     )
     src = _column(edges, "src", np.dtype(np.int64))
     dst = _column(edges, "dst", np.dtype(np.int64))
+    _check_endpoints(folder, src, dst, num_nodes)
     etype = _column(edges, "edge_type_id", np.dtype(np.int64))
     weight = _column(edges, "weight", np.dtype(np.float64)).float()
     last_ts = _column(edges, "last_ts", np.dtype(np.float64))
     count = _column(edges, "count", np.dtype(np.int64)).float()
-    by_type = {}
-    for i, name in enumerate(meta["edge_types"]):
-        mask = etype == i
-        by_type[name] = build_csr(num_nodes, src[mask], dst[mask], etype[mask], weight[mask], last_ts[mask], count[mask])
+    merged = build_csr(num_nodes, src, dst, etype, weight, last_ts, count)
     return TemporalGraph(
         cutoff=float(meta["cutoff"]),
         entity_id=_column(nodes, "entity_id", np.dtype(np.int64)),
@@ -142,6 +200,6 @@ def load_snapshot(folder: str | Path) -> TemporalGraph:
         node_features=features,
         node_types=list(meta["node_types"]),
         edge_types=list(meta["edge_types"]),
-        csr=build_csr(num_nodes, src, dst, etype, weight, last_ts, count),
-        by_type=by_type,
+        csr=merged,
+        by_type={name: merged.select(merged.edge_type == i) for i, name in enumerate(meta["edge_types"])},
     )
