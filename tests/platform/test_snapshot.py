@@ -6,7 +6,6 @@ import math
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -14,6 +13,7 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 from snapshot_data import DAY0, fill, tiny_warehouse
 
 from conftest import shared_data
+from hir.models.graph import load_snapshot
 from hir.settings import Settings
 from hir.snapshot import build_snapshot, build_windows, verify_snapshot, verify_windows
 from hir.warehouse import connect
@@ -120,6 +120,11 @@ def test_snapshot_of_tiny_warehouse(tiny, tmp_path):
     assert by_id[2]["activity"] == 2 and by_id[20]["activity"] == 0
     assert summary.rows_used == 6 and summary.num_nodes == 5 and summary.num_edges == 5
 
+    graph = load_snapshot(tmp_path)  # the torch view agrees with the node table
+    assert graph.edge_types == ["click", "in_category", "purchase", "view"]
+    assert graph.csr.degree().tolist() == [n["degree"] for n in nodes]
+    assert graph.cutoff == cutoff.timestamp()
+
 
 def test_windows_are_chronological_and_split(tiny, tmp_path):
     cutoff = DAY0 + timedelta(days=4)
@@ -167,39 +172,16 @@ def test_windows_check_fails_on_overlap_with_training(tiny, tmp_path):
         assert not verify_windows(con, tmp_path, cutoff, settings)[0]
 
 
-LOAD_TAOBAO = """
-CREATE TEMP TABLE raw AS
-SELECT column0::VARCHAR AS user_key, column1::VARCHAR AS item_key, column2::VARCHAR AS category_key,
-       column3 AS behavior, to_timestamp(column4) AS ts
-FROM read_csv(?, header = false, columns = {'column0': 'BIGINT', 'column1': 'BIGINT', 'column2': 'BIGINT',
-                                          'column3': 'VARCHAR', 'column4': 'BIGINT'});
-INSERT INTO entities
-SELECT row_number() OVER (ORDER BY entity_type, source_key) - 1, entity_type, source_key, min(ts), NULL
-FROM (SELECT 'user' AS entity_type, user_key AS source_key, ts FROM raw
-      UNION ALL SELECT 'product', item_key, ts FROM raw
-      UNION ALL SELECT 'category', category_key, ts FROM raw)
-GROUP BY entity_type, source_key;
-INSERT INTO events
-SELECT u.entity_id, i.entity_id, r.behavior, r.ts, 1.0
-FROM raw r JOIN entities u ON u.entity_type = 'user' AND u.source_key = r.user_key
-           JOIN entities i ON i.entity_type = 'product' AND i.source_key = r.item_key;
-INSERT INTO relations
-SELECT i.entity_id, c.entity_id, 'in_category', min(r.ts)
-FROM raw r JOIN entities i ON i.entity_type = 'product' AND i.source_key = r.item_key
-           JOIN entities c ON c.entity_type = 'category' AND c.source_key = r.category_key
-GROUP BY ALL;
-"""
-
-
 def test_taobao_snapshot_has_nothing_on_or_after_the_cutoff_day(tmp_path):
+    """The real UserBehavior head, through its adapter and the warehouse loader."""
+    from hir.sources import read_source
+    from hir.warehouse import load_batch
+
     csv = shared_data("taobao_userbehavior") / "UserBehavior_head.csv"
     cutoff = datetime(2017, 12, 2, tzinfo=UTC)
     settings = Settings.from_env(env={}, threads=2)
     with connect(tmp_path / "w.duckdb") as con:
-        statements = [q for q in LOAD_TAOBAO.split(";") if q.strip()]
-        con.execute(statements[0], [str(csv)])
-        for statement in statements[1:]:
-            con.execute(statement)
+        load_batch(con, read_source("taobao_userbehavior", csv, settings))
         later = con.execute("SELECT count(*) FROM events WHERE ts >= ?", [cutoff]).fetchone()[0]
         summary = build_snapshot(con, cutoff, settings, tmp_path)
         checks = verify_snapshot(con, tmp_path, cutoff)
