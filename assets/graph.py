@@ -16,6 +16,9 @@ from hir.settings import Settings
 
 PARTITIONS = daily_partitions()
 PREVIEW_ROWS = 10
+# DuckDB lets one process write a file or several read it, never both at once: these steps only
+# read, but take the writers' pool so that they never meet a writer in another process.
+WAREHOUSE_POOL = "duckdb_writer"
 
 
 def _type_table(counts: dict[str, int], what: str) -> str:
@@ -61,6 +64,7 @@ def _plot(folder, summary) -> dg.MetadataValue:
 @dg.asset(
     partitions_def=PARTITIONS,
     deps=["events", "relations", "entities"],
+    pool=WAREHOUSE_POOL,
     group_name="graph",
     kinds={"duckdb", "parquet"},
     owners=["team:hir"],
@@ -112,6 +116,7 @@ def graph_snapshot(context: dg.AssetExecutionContext, warehouse: Warehouse, arti
 @dg.asset(
     partitions_def=PARTITIONS,
     deps=["events"],
+    pool=WAREHOUSE_POOL,
     group_name="graph",
     kinds={"duckdb", "parquet"},
     owners=["team:hir"],

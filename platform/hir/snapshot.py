@@ -9,7 +9,7 @@ For a cut-off ``T`` the snapshot holds only events with ``ts < T`` and relations
   (``Settings.half_life``), so an event at ``T - h`` weighs ½ and one at ``T - 2h`` weighs ¼.
 
 A relation valid before ``T`` is an edge of type ``relation`` with count 1, weight 1 and
-``last_ts = valid_from``. The node table holds every entity first seen before ``T`` or touched by
+``last_ts = valid_from`` (one without ``valid_from`` is in no snapshot; every adapter sets it). The node table holds every entity first seen before ``T`` or touched by
 an edge, in ``entity_id`` order (row ``i`` is node ``i``), with
 
 * ``degree``   — the number of edges it is an endpoint of (a self-loop counts twice, as in the
@@ -22,8 +22,9 @@ Type ids come from the sorted type names of the whole warehouse, so they are sta
 partitions. The layout of the written files is documented in :mod:`hir.models.graph`.
 
 Every value reaches SQL as a named parameter (``$cutoff`` …) or as a registered table; the SQL
-texts below are constants. Output paths are parameters of ``COPY … TO ?`` as well (DuckDB ≥ 1.4
-binds the copy target like any other parameter).
+texts below are constants. Output paths are parameters too, ``COPY (…) TO $path``: DuckDB ≥ 1.4
+binds the copy target like any other parameter (duckdb/duckdb#18795; older releases needed the
+path spliced into the text), and the tests write through it.
 """
 
 from __future__ import annotations
