@@ -17,6 +17,9 @@ so no pairwise input is needed. Backends (the same parameters, the same function
 * ``flex``: :func:`torch.nn.attention.flex_attention.flex_attention` under ``torch.compile`` with
   a ``score_mod`` that looks the biases up from the per-token tensors — no ``S×S`` tensor of any
   kind. Forward runs everywhere; its backward needs a GPU (FlexAttention has no CPU backward).
+  The compiled kernel is specialised to the batch and sequence sizes (inductor's CPU FlexAttention
+  template does not compile with dynamic shapes), so keep them fixed — pad a short last batch —
+  rather than paying a compile (tens of seconds on CPU) per new size.
 * ``dense``: the bias materialised as ``[B, heads, S, S]`` and
   :func:`torch.nn.functional.scaled_dot_product_attention` with ``attn_mask = bias``.
 """

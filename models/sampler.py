@@ -10,9 +10,10 @@ Walk process (per anchor, ``walkers`` walkers in parallel, ``steps`` steps each)
 ``restart`` or when ``h = hops``; it then moves along an edge ``e`` of its current node chosen with
 probability ``w_e / Σ_{e' ∈ out(u)} w_{e'}`` and records a visit of the edge's head at hop ``h + 1``.
 A step that finds no edge (a node without usable edges, or an edge removed by edge dropout)
-restarts the walker instead. Edge dropout removes each edge from a view independently with
-probability ``edge_dropout`` (a hash of the edge and a per-view salt from the generator, so a
-removed edge stays removed for every walker of that view).
+restarts the walker instead. Edge dropout removes each directed CSR entry from a view
+independently with probability ``edge_dropout`` (a hash of the entry and a per-view salt from the
+generator, so a removed entry stays removed for every walker of that view); rejected steps leave
+the walk's relative choices among the remaining edges proportional to their weights.
 
 Token selection. Let ``c(v)`` be the number of visits of ``v`` and ``m(v)`` its smallest visit
 hop. The token's parent is the node the walker came from on its first lowest-hop visit (its hop is
