@@ -174,7 +174,7 @@ class Table:
         if fmt in ("unix_s", "unix_ms"):
             scale = 1 if fmt == "unix_s" else 1000
             self.match(column, r"[+-]?\d{1,18}", f"timestamp ({fmt})")
-            ticks = pd.to_numeric(self.frame[column].astype(object)).astype("int64")
+            ticks = self.frame[column].astype("int64[pyarrow]").astype("int64")
             self._keep_range(column, (ticks >= start.timestamp() * scale) & (ticks < end.timestamp() * scale), start, end)
             parsed = pd.to_datetime(ticks.loc[self.frame.index], unit="s" if scale == 1 else "ms", utc=True)
         else:
@@ -280,12 +280,12 @@ def _table_from_arrow(
     data: pa.Table, invalid: list[pacsv.InvalidRow], columns: list[str], sep: str, label: str, first_line: int
 ) -> Table:
     """Number the good rows by physical line (those not taken by invalid rows) and reject the invalid ones."""
-    bad_lines = np.array([row.number for row in invalid], dtype=np.int64)
     total = data.num_rows + len(invalid)
-    good_lines = np.setdiff1d(np.arange(first_line, first_line + total, dtype=np.int64), bad_lines)
+    good = np.ones(total, dtype=bool)
+    good[np.array([row.number for row in invalid], dtype=np.int64) - first_line] = False
     frame = data.to_pandas(types_mapper={pa.string(): _STRING}.get)
-    frame[FILE] = pd.Categorical([label] * len(frame)) if len(frame) else pd.Categorical([])
-    frame[LINE] = good_lines
+    frame[FILE] = _labels(label, len(frame))
+    frame[LINE] = np.arange(first_line, first_line + total, dtype=np.int64)[good]
     table = Table(columns=columns, sep=sep, frame=frame, rows_read=total)
     if invalid:
         table.rejected.append(
@@ -313,9 +313,14 @@ def read_lines(path: Path, what: str) -> Table:
     if lines[-1] == "":
         lines.pop()
     frame = pd.DataFrame({"line": pd.Series(lines, dtype=_STRING).str.rstrip("\r")})
-    frame[FILE] = pd.Categorical([path.name] * len(frame))
+    frame[FILE] = _labels(path.name, len(frame))
     frame[LINE] = np.arange(1, len(frame) + 1, dtype=np.int64)
     return Table(columns=["line"], sep=" ", frame=frame, rows_read=len(frame))
+
+
+def _labels(label: str, n: int) -> pd.Categorical:
+    """``label`` repeated ``n`` times, as a one-category categorical."""
+    return pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[label])
 
 
 def concat_tables(tables: Sequence[Table]) -> Table:
