@@ -20,7 +20,7 @@ holding the file ``path``); a section without ``file`` reads the file ``path`` i
         type: product
         key: item_id
         text: [title, category]               # non-empty values joined with " | "
-        image: {column: image, dir: images}   # optional: file name under <data folder>/<dir>
+        image: {column: image, dir: images}   # optional: file name under <the CSV's folder>/<dir>
         attrs: [colour, year]                 # optional: stored as JSON (empty → null)
         first_seen: {column: listed, format: iso}  # optional
     relations:
@@ -115,7 +115,10 @@ def _columns_of(item: dict) -> list[str]:
 
 
 def _validate(table: Table, uses: list[tuple[str, int, dict]], folder: Path) -> None:
-    """Apply every section's row checks to ``table``; parsed values go to ``_<section><n>_*`` columns."""
+    """Apply every section's row checks to ``table`` (read from a file in ``folder``).
+
+    Parsed values go to ``_<section><n>_*`` columns: ``_ts``, ``_value``, ``_image``.
+    """
     table.reject_blank_lines()
     for section, n, item in uses:
         tag = f"_{section}{n}"
@@ -247,18 +250,19 @@ def _by_file(mapping: dict, path: Path, folder: Path) -> dict[Path, list[tuple[s
 
 def read(path: Path, settings: Settings) -> SourceBatch:
     """Read the CSV file or folder ``path`` through its YAML mapping (see the module docstring)."""
-    mapping_path = _mapping_path(path, settings)
-    mapping = load_mapping(mapping_path)
     if not path.exists():
         raise SourceError(f"{path}: CSV source not found")
+    mapping_path = _mapping_path(path, settings)
+    mapping = load_mapping(mapping_path)
     folder = path if path.is_dir() else path.parent
     sep = str(mapping.get("delimiter", ","))
     out: dict[str, list[pd.DataFrame]] = {"events": [], "entities": [], "content": [], "relations": []}
     tables = []
-    for file, uses in _by_file(mapping, path, folder).items():
+    by_file = _by_file(mapping, path, folder)
+    for file, uses in by_file.items():
         columns = list(dict.fromkeys(c for _, _, item in uses for c in _columns_of(item)))
         table = read_table(file, columns, header=True, sep=sep, what="CSV input")
-        _validate(table, uses, folder)
+        _validate(table, uses, file.parent)
         tables.append(table)
         for section, n, item in uses:
             if section == "events":
@@ -272,5 +276,4 @@ def read(path: Path, settings: Settings) -> SourceBatch:
     frames = {k: pd.concat(v, ignore_index=True) for k, v in out.items() if v}
     if "relations" in frames and "events" in frames:
         frames["relations"] = _default_valid_from(frames["relations"], frames["events"])
-    files = list(_by_file(mapping, path, folder))
-    return make_batch(SOURCE, path, files, tables, salt=mapping_path.read_text(encoding="utf-8"), **frames)
+    return make_batch(SOURCE, path, list(by_file), tables, salt=mapping_path.read_text(encoding="utf-8"), **frames)

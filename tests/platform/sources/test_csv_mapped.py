@@ -161,3 +161,8 @@ def test_relation_without_valid_from_starts_at_its_first_event(tmp_path):
     since = batch.relations.set_index("src_key")["valid_from"]
     assert since["p1"] == pd.Timestamp("2024-03-01T10:00:00Z")  # p1's first event
     assert since["p3"] == pd.Timestamp("2024-03-01T09:00:00Z")  # never seen: the input's first event
+
+
+def test_missing_data_path_is_named_before_the_mapping(tmp_path):
+    with pytest.raises(SourceError, match=r"nowhere\.csv: CSV source not found$"):
+        _read(tmp_path / "nowhere.csv")
