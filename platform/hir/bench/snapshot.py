@@ -11,7 +11,9 @@ last time and decayed weight ``Σ 2^(-(T - ts)/half_life)``, and write the edges
   half-lives, ``groupby(...).agg(...)``, ``to_parquet``.
 
 Both outputs are compared (sorted; counts and times equal, weights ``allclose``) before the
-figures are reported. Each side runs ``--repeat`` times; the fastest run counts.
+figures are reported. Each side runs ``--repeat`` times, alternating; the fastest run counts.
+``duckdb_threads`` and the 1-minute load average are reported beside the issue's figures: on a
+shared machine the load says how far the wall-clock numbers can be trusted.
 
 The log: users revisit the items of a small personal pool (70 % of events) and otherwise draw
 from a Zipf(1.1) item popularity; user activity is log-normal; behaviours are pv/cart/fav/buy at
@@ -21,6 +23,7 @@ from a Zipf(1.1) item popularity; user activity is log-normal; behaviours are pv
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -169,4 +172,6 @@ def run(args: argparse.Namespace) -> dict:
         "pandas_s": round(best["pandas"], 3),
         "speedup_vs_pandas": round(best["pandas"] / best["duckdb"], 2),
         "events_per_s": round(args.events / best["duckdb"]),
+        "duckdb_threads": settings.threads,
+        "load_avg_1m": round(os.getloadavg()[0], 2),
     }

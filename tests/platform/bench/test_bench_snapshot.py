@@ -1,0 +1,53 @@
+"""`hir bench snapshot`: the synthetic log, the DuckDB and pandas sides agreeing, the reported figures."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from hir.bench import snapshot as bench
+from hir.settings import Settings
+
+
+def _args(**overrides) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    return parser.parse_args([f"--{k}={v}" for k, v in {"events": 4000, "repeat": 1, **overrides}.items()])
+
+
+def test_log_has_revisits_and_skewed_popularity():
+    log = bench.synthetic_log(20_000, seed=1).to_pandas()
+    assert len(log) == 20_000 and log["ts"].is_monotonic_increasing
+    pairs = log.groupby(["src", "dst"]).size()
+    assert len(pairs) < 0.6 * len(log)  # users come back to their items
+    items = log["dst"].value_counts()
+    assert items.iloc[: len(items) // 100 + 1].sum() > 0.1 * len(log)  # the top 1 % of items draw > 10 %
+    assert set(log["event_type"]) == {"pv", "cart", "fav", "buy"}
+
+
+def test_both_sides_write_the_same_edges(data_home, tmp_path):
+    settings = Settings.from_env()
+    path = bench.events_file(settings, 3000, seed=2)
+    bench.duckdb_edges(path, tmp_path / "d.parquet", settings)
+    bench.pandas_edges(path, tmp_path / "p.parquet", settings)
+    assert bench.same_edges(tmp_path / "d.parquet", tmp_path / "p.parquet")
+    edges = pq.read_table(tmp_path / "d.parquet").to_pandas()
+    assert (edges["last_ts"] < bench.CUTOFF).all() and edges["count"].sum() < 3000
+
+    # A single changed weight is caught.
+    changed = pd.read_parquet(tmp_path / "p.parquet")
+    changed.loc[0, "weight"] = np.nextafter(changed.loc[0, "weight"], 10) * (1 + 1e-6)
+    changed.to_parquet(tmp_path / "q.parquet", index=False)
+    assert not bench.same_edges(tmp_path / "d.parquet", tmp_path / "q.parquet")
+
+
+def test_run_reports_the_issue_figures(data_home):
+    result = bench.run(_args())
+    assert set(result) >= {"events", "duckdb_s", "pandas_s", "speedup_vs_pandas", "events_per_s"}
+    assert result["events"] == 4000
+    assert result["speedup_vs_pandas"] == pytest.approx(result["pandas_s"] / result["duckdb_s"], rel=0.05)
+    assert (data_home / "bench" / "snapshot_events_4000_0.parquet").exists()
