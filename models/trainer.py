@@ -80,11 +80,11 @@ class TrainConfig:
 
     steps: int = 300  # optimiser steps of a run from scratch
     batch_size: int = 64  # positive edges per step and process (anchors = 4 × batch_size)
-    lr: float = 2e-3  # peak AdamW learning rate
+    lr: float = 5e-3  # peak AdamW learning rate
     weight_decay: float = 0.04  # AdamW weight decay on matrices (not on norms, biases, prototypes)
     warmup_steps: int = 20  # linear learning-rate warm-up
     min_lr_ratio: float = 0.1  # cosine decay floor as a share of ``lr``
-    ema_start: float = 0.97  # teacher momentum m₀ at step 0, rising to ``ema_end``
+    ema_start: float = 0.9  # teacher momentum m₀ at step 0, rising to ``ema_end``
     ema_end: float = 1.0
     coarse: int = 8  # K₁ coarse prototypes
     fine: int = 48  # K₂ fine prototypes
@@ -597,8 +597,12 @@ def _from_dict(cls, values: dict[str, Any]):
     return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in values.items() if k in names})
 
 
-def load_model(folder: str | Path, num_edge_types: int, device: str | torch.device = "cpu", which: str = "teacher") -> HIRModel:
-    """The ``teacher`` (default) or ``student`` model of a checkpoint folder, in eval mode."""
+def load_model(folder: str | Path, num_edge_types: int, device: str | torch.device = "cpu", which: str = "student") -> HIRModel:
+    """The ``student`` (default) or ``teacher`` model of a checkpoint folder, in eval mode.
+
+    Inference uses the student: its engagement head and prototype predictions were fitted on
+    exactly its representations, and in runs of a few hundred steps the EMA teacher lags it.
+    """
     config, encoder_config, _ = read_configs(folder)
     model = HIRModel(encoder_config, config, num_edge_types)
     model.load_state_dict(_prefixed(load_file(str(Path(folder) / "model.safetensors")), f"{which}."))
@@ -625,13 +629,14 @@ def embed_all(
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
     standardize_scores: bool = True,
+    view: str = "narrow",
 ) -> Embeddings:
-    """Embed every node from its broad view, with nested coarse and fine prototypes.
+    """Embed every node from one view (without edge dropout), with nested coarse and fine prototypes.
 
     Args:
         graph: the snapshot whose nodes are embedded (cold-start nodes included: their hashed ids
             and features still give a representation).
-        model: a trained model (usually :func:`load_model`'s teacher).
+        model: a trained model (usually :func:`load_model`'s student).
         sampler_config: the views' configuration (the training run's).
         wk: per-node world knowledge ``[N, d]`` or ``None``.
         batch_size: anchors per forward pass.
@@ -641,8 +646,10 @@ def embed_all(
         progress: called with ``(done, total)`` after each batch.
         standardize_scores: z-score the prototype scores per prototype over all nodes before the
             nested argmax, as the training targets were (see :func:`~hir.models.losses.standardize`).
+        view: ``narrow`` (default: the views the student was trained on) or ``broad``.
     """
-    sampler = ViewSampler(graph, sampler_config)
+    sampler = ViewSampler(graph, dataclasses.replace(sampler_config, edge_dropout=0.0, broad_edge_dropout=0.0))
+    sample = sampler.narrow if view == "narrow" else sampler.broad
     knowledge = WorldKnowledge.of(wk)
     gen = torch.Generator().manual_seed(seed)
     n = graph.num_nodes
@@ -651,7 +658,7 @@ def embed_all(
     with torch.no_grad():
         for start in range(0, n, batch_size):
             anchors = torch.arange(start, min(n, start + batch_size))
-            view = sampler.broad(anchors, gen).to(device)
+            view = sample(anchors, gen).to(device)
             h, coarse, fine = model.embed(view, knowledge.per_token(view) if knowledge else None, backend)
             out_h.append(h.float().cpu())
             out_c.append(coarse.float().cpu())

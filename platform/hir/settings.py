@@ -105,7 +105,7 @@ class Settings:
     train_heads: int = 4
     train_coarse: int = 8  # K1 coarse prototypes
     train_fine: int = 48  # K2 fine prototypes
-    train_lr: float = 0.002
+    train_lr: float = 0.005
     train_broad_tokens: int = 64  # teacher view size
     train_narrow_tokens: int = 16  # student view size
     train_w_proto: float = 1.0  # loss weights: prototype cross-entropy, hierarchy, engagement
