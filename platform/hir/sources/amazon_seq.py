@@ -126,7 +126,11 @@ def _texts(path: Path | None) -> pd.Series:
     """ASIN → short text from the ``*_textual_ids.txt`` file (empty when there is none)."""
     if path is None:
         return pd.Series(dtype=object)
-    lines = pd.Series(path.read_text(encoding="utf-8").splitlines()).str.partition(" ")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SourceError(f"{path}: item text file is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    lines = pd.Series(text.splitlines(), dtype=object).str.partition(" ")
     return pd.Series(lines[2].str.strip().to_numpy(), index=lines[0].to_numpy())
 
 

@@ -109,6 +109,10 @@ def test_missing_files_and_wrong_delimiter(tmp_path):
     (broken / "Toys_item2attributes.json").write_text("{not json")
     with pytest.raises(SourceError, match=r"Toys_item2attributes\.json: item2attributes JSON is not valid JSON"):
         _read(broken)
+    binary = _folder(tmp_path / "e")
+    (binary / "toys_idgenrec_item_textual_ids.txt").write_bytes(b"A1 \xff\xfe\n")
+    with pytest.raises(SourceError, match=r"textual_ids\.txt: item text file is not UTF-8 text"):
+        _read(binary)
     empty = _folder(tmp_path / "d", seq="")
     with pytest.raises(SourceError, match=r"Toys\.txt: sequence file is empty$"):
         _read(empty)
