@@ -3,8 +3,8 @@
 One forward pass of :class:`hir.models.attention.BiasedSelfAttention` with both biases (node-type
 transition and tree distance) over random view-shaped token trees with padding. Each backend runs
 in its own subprocess with the same seed (so the same parameters and inputs): it is warmed up at a
-small size (compiling ``flex``) and once at the measured size (the compiled kernel specialises on
-shapes), then the measured call runs. Its peak memory is the rise of the process's peak resident
+small size (compiling ``flex``) and, where that differs, once at the measured size (the compiled
+kernel specialises on shapes), then the measured call runs. Its peak memory is the rise of the process's peak resident
 set (``VmHWM``, reset through ``/proc/self/clear_refs`` just before; ``ru_maxrss`` where that is
 unavailable) over its resident set just before the call, so the torch runtime does not count.
 Each subprocess saves its output to a temporary safetensors file; the parent compares them.
@@ -103,7 +103,7 @@ def worker(backend: str, args: argparse.Namespace, out_file: str) -> dict:
     from safetensors.torch import save_file
 
     with torch.no_grad():
-        for seq in (WARMUP_SEQ, args.seq):
+        for seq in dict.fromkeys((min(WARMUP_SEQ, args.seq), args.seq)):
             module, x, structure = make_problem(args.batch, seq, args.heads, args.head_dim, args.seed)
             module(x, structure, backend)
         reset_ok = _reset_peak()
