@@ -61,19 +61,31 @@ class CSR:
         """``[2, E]`` (row, col) pairs in CSR order."""
         return torch.stack([self.rows(), self.indices])
 
-    def select(self, keep: torch.Tensor) -> "CSR":
-        """The CSR of the entries where the boolean ``keep [E]`` holds, order within rows kept."""
-        counts = torch.bincount(self.rows()[keep], minlength=self.indptr.numel() - 1)
-        indptr = torch.zeros_like(self.indptr)
-        indptr[1:] = torch.cumsum(counts, 0)
-        return CSR(
-            indptr=indptr,
-            indices=self.indices[keep],
-            edge_type=self.edge_type[keep],
-            weight=self.weight[keep],
-            last_ts=self.last_ts[keep],
-            count=self.count[keep],
-        )
+    def split_by_type(self, num_types: int) -> list["CSR"]:
+        """One CSR per edge type ``0 … num_types-1``: this CSR's entries of that type, in the same order.
+
+        One stable sort by type makes each type a contiguous run, so the split costs
+        ``O(E log E)`` once instead of a pass over all entries per type.
+        """
+        rows = self.rows()
+        order = torch.argsort(self.edge_type, stable=True)
+        bounds = torch.searchsorted(self.edge_type[order], torch.arange(num_types + 1, dtype=self.edge_type.dtype)).tolist()
+        parts = []
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            take = order[start:end]
+            indptr = torch.zeros_like(self.indptr)
+            indptr[1:] = torch.cumsum(torch.bincount(rows[take], minlength=self.indptr.numel() - 1), 0)
+            parts.append(
+                CSR(
+                    indptr=indptr,
+                    indices=self.indices[take],
+                    edge_type=self.edge_type[take],
+                    weight=self.weight[take],
+                    last_ts=self.last_ts[take],
+                    count=self.count[take],
+                )
+            )
+        return parts
 
 
 @dataclass
@@ -201,5 +213,5 @@ def load_snapshot(folder: str | Path) -> TemporalGraph:
         node_types=list(meta["node_types"]),
         edge_types=list(meta["edge_types"]),
         csr=merged,
-        by_type={name: merged.select(merged.edge_type == i) for i, name in enumerate(meta["edge_types"])},
+        by_type=dict(zip(meta["edge_types"], merged.split_by_type(len(meta["edge_types"])))),
     )
