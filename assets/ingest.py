@@ -9,6 +9,7 @@ import dagster as dg
 
 from hir.resources import Warehouse
 from hir.settings import Settings
+from hir.sources.base import SourceError
 
 INGEST_TABLES = ("entities", "events", "relations", "content", "rejected_rows")
 _DESCRIPTIONS = {
@@ -54,7 +55,11 @@ def ingest(context: dg.AssetExecutionContext, config: IngestConfig, warehouse: W
     reports = []
     for path in paths:
         context.log.info(f"reading {kind} {path or '(generated)'}")
-        batch = read_source(kind, path or None, settings)
+        try:
+            batch = read_source(kind, path or None, settings)
+        except SourceError as exc:
+            # A user mistake: retrying cannot help, so fail at once with the one-line reason.
+            raise dg.Failure(description=str(exc), allow_retries=False) from exc
         with warehouse.connect() as con:
             reports.append(load_batch(con, batch))
         context.log.info(f"{kind}: {reports[-1]}")

@@ -1,0 +1,154 @@
+"""The real Dagster UI: start it, launch the default job over GraphQL, look at the result in Chromium."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
+PARTITION = "2026-01-26"  # newest complete day of the 28-day synthetic default (1 validation + 1 test day after it)
+
+LAUNCH = """
+mutation Launch($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+  }
+}"""
+STATUS = "query Status($id: ID!) { runOrError(runId: $id) { __typename ... on Run { status } } }"
+
+# Small enough for a CI machine, large enough that every stage has data.
+TINY = {
+    "HIR_SYNTHETIC_EVENTS": "20000",
+    "HIR_TRAIN_STEPS": "20",
+    "HIR_TEXT_BATCH_SIZE": "64",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _graphql(port: int, query: str, variables: dict) -> dict:
+    body = json.dumps({"query": query, "variables": variables}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/graphql", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())["data"]
+
+
+def _wait_until_up(port: int, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"dagster dev exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5):
+                return
+        except OSError:
+            time.sleep(1)
+    raise AssertionError("the Dagster webserver did not come up")
+
+
+@pytest.fixture
+def dagster_ui(data_home):
+    from hir.instance import prepare
+    from hir.settings import Settings
+
+    env = {**os.environ, **TINY, "HIR_DATA_HOME": str(data_home)}
+    os.environ.update(TINY)
+    prepare(Settings.from_env(env))
+    env["DAGSTER_HOME"] = os.environ["DAGSTER_HOME"]
+    port = _free_port()
+    log = open(data_home / "dagster_dev.log", "w")
+    dagster = str(Path(sys.executable).parent / "dagster")
+    proc = subprocess.Popen(
+        [dagster, "dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
+        cwd=data_home, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        _wait_until_up(port, proc, timeout=180)
+        yield port
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+def _browser(tmp_path):
+    from selenium import webdriver
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--window-size=1600,1000", f"--user-data-dir={tmp_path / 'chromium'}"):
+        options.add_argument(flag)
+    return webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
+
+
+def _wait_for_text(driver, text: str, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    body = ""
+    while time.monotonic() < deadline:
+        body = driver.find_element("tag name", "body").text
+        if text in body:
+            return body
+        time.sleep(1)
+    raise AssertionError(f"{text!r} not on the page; it shows: {body[:500]!r}")
+
+
+@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="Debian chromium/chromedriver absent (make test installs them)")
+def test_default_job_runs_and_shows_in_the_ui(dagster_ui, tmp_path, data_home):
+    port = dagster_ui
+    params = {
+        "selector": {"repositoryLocationName": "hir", "repositoryName": "__repository__", "jobName": "hir_job"},
+        "runConfigData": {},
+        "executionMetadata": {"tags": [{"key": "dagster/partition", "value": PARTITION}]},
+    }
+    launched = _graphql(port, LAUNCH, {"params": params})["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id = launched["run"]["runId"]
+    deadline = time.monotonic() + 900
+    status = "QUEUED"
+    while time.monotonic() < deadline and status not in ("SUCCESS", "FAILURE", "CANCELED"):
+        time.sleep(3)
+        status = _graphql(port, STATUS, {"id": run_id})["runOrError"]["status"]
+    assert status == "SUCCESS", (data_home / "dagster_dev.log").read_text()[-4000:]
+
+    driver = _browser(tmp_path)
+    try:
+        driver.get(f"http://127.0.0.1:{port}/asset-groups")
+        graph = _wait_for_text(driver, "graph_snapshot")
+        for asset in ("events", "entity_embeddings", "bom_tokens", "feast_online"):
+            assert asset in graph
+        driver.save_screenshot(str(tmp_path / "asset_graph.png"))
+        driver.get(f"http://127.0.0.1:{port}/assets/events")
+        page = _wait_for_text(driver, "Materialized")
+        assert "events" in page
+        driver.save_screenshot(str(tmp_path / "events_asset.png"))
+        driver.get(f"http://127.0.0.1:{port}/runs/{run_id}")
+        assert "Success" in _wait_for_text(driver, "Success")
+        driver.save_screenshot(str(tmp_path / "run.png"))
+    finally:
+        driver.quit()
+    assert (tmp_path / "asset_graph.png").stat().st_size > 10_000
