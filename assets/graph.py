@@ -30,16 +30,20 @@ def _preview(folder) -> dg.MetadataValue:
     """The first edges of the snapshot, endpoints shown as ``entity_type:entity_id``."""
     import pyarrow.parquet as pq
 
-    nodes = pq.read_table(folder / "nodes.parquet", columns=["entity_id", "entity_type"]).to_pylist()
-    edges = pq.read_table(folder / "edges.parquet").slice(0, PREVIEW_ROWS).to_pylist()
-    label = [f"{n['entity_type']}:{n['entity_id']}" for n in nodes]
+    first = next(pq.ParquetFile(folder / "edges.parquet").iter_batches(batch_size=PREVIEW_ROWS), None)
+    edges = first.to_pylist()[:PREVIEW_ROWS] if first is not None else []
+    if not edges:
+        return dg.MetadataValue.md("no edges")
+    ends = sorted({e["src"] for e in edges} | {e["dst"] for e in edges})
+    nodes = pq.read_table(folder / "nodes.parquet", columns=["entity_id", "entity_type"]).take(ends).to_pylist()
+    label = {i: f"{n['entity_type']}:{n['entity_id']}" for i, n in zip(ends, nodes)}
     lines = ["| src | dst | edge_type | count | last_ts | weight |", "|---|---|---|---|---|---|"]
     for e in edges:
         when = datetime.fromtimestamp(e["last_ts"], tz=timezone.utc).isoformat(timespec="seconds")
         lines.append(
             f"| {label[e['src']]} | {label[e['dst']]} | {e['edge_type']} | {e['count']} | {when} | {e['weight']:.3f} |"
         )
-    return dg.MetadataValue.md("\n".join(lines) if edges else "no edges")
+    return dg.MetadataValue.md("\n".join(lines))
 
 
 def _plot(folder, summary) -> dg.MetadataValue:
