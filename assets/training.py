@@ -62,7 +62,7 @@ def _configs(settings: Settings, graph, wk, warm_start: str, backend: str):
 
     train = TrainConfig(
         steps=settings.train_steps, batch_size=settings.train_batch, lr=settings.train_lr,
-        coarse=settings.train_coarse, fine=settings.train_fine, w_proto=settings.train_w_proto,
+        coarse=settings.train_coarse, fine=settings.train_fine, w_proto=settings.train_w_proto, w_pair=settings.train_w_pair,
         w_hier=settings.train_w_hier, w_eng=settings.train_w_eng, checkpoint_every=settings.train_checkpoint_every,
         log_every=settings.train_log_every, seed=settings.seed, backend=backend,
         warm_start=warm_start, finetune_steps=settings.finetune_steps,
@@ -74,18 +74,26 @@ def _configs(settings: Settings, graph, wk, warm_start: str, backend: str):
 
 
 def _trainer(context, graph, configs, work, wk, device):
-    """A trainer over ``work``; a leftover checkpoint of other settings is discarded with a warning."""
+    """A trainer over ``work``. A leftover checkpoint of other settings is discarded, then a warm
+    start whose checkpoint no longer fits the settings falls back to training from scratch."""
+    import dataclasses
+
     from hir.models.trainer import CheckpointMismatch, Trainer
 
     def log(record):
         context.log.info("step {step}: loss {loss:.4f} entropy {entropy_coarse:.2f}/{entropy_fine:.2f}".format(**record))
 
+    train, encoder, sampler = configs
     try:
-        return Trainer(graph, *configs, work, wk=wk, device=device, log=log)
+        return Trainer(graph, train, encoder, sampler, work, wk=wk, device=device, log=log)
     except CheckpointMismatch as exc:
-        context.log.warning(f"discarding an interrupted run of other settings: {exc}")
-        shutil.rmtree(work)
-        return Trainer(graph, *configs, work, wk=wk, device=device, log=log)
+        context.log.warning(f"discarding an interrupted run: {exc}")
+        shutil.rmtree(work, ignore_errors=True)
+    try:
+        return Trainer(graph, train, encoder, sampler, work, wk=wk, device=device, log=log)
+    except CheckpointMismatch as exc:
+        context.log.warning(f"the warm-start checkpoint does not fit the settings, training from scratch: {exc}")
+    return Trainer(graph, dataclasses.replace(train, warm_start=""), encoder, sampler, work, wk=wk, device=device, log=log)
 
 
 def _curves_plot(metrics: list[dict]) -> dg.MetadataValue:

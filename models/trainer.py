@@ -41,7 +41,7 @@ import os
 import random
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -105,7 +105,7 @@ class TrainConfig:
     backend: str = "dense"  # attention backend while training: dense (CPU) or flex (GPU)
     warm_start: str = ""  # checkpoint folder to start from (weights and prototypes), "" for scratch
     finetune_steps: int = 50  # steps of a warm-started run
-    finetune_lr: float = 5e-4  # peak learning rate of a warm-started run
+    finetune_lr: float = 2e-3  # peak learning rate of a warm-started run
 
     @property
     def total_steps(self) -> int:
@@ -335,7 +335,6 @@ class TrainResult:
     parameters: int
     seconds: float
     warm_started_from: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Trainer:

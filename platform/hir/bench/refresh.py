@@ -54,6 +54,7 @@ def _synthetic_days(args: argparse.Namespace, home: Path):
     with connect(settings.warehouse_path, read_only=True) as con:
         for cutoff in (day1, day2):
             folder = home / f"snapshot-{cutoff.date()}"
+            folder.mkdir()
             build_snapshot(con, cutoff, settings, folder)
             folders.append(folder)
         rows = con.execute(
