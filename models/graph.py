@@ -173,7 +173,7 @@ def _read(folder: Path, name: str, required: tuple[str, ...]) -> pa.Table:
     path = folder / name
     if not path.exists():
         raise SnapshotError(f"{path}: missing; is {folder} a graph_snapshot partition?")
-    table = pq.read_table(path, memory_map=True)
+    table = pq.read_table(path)
     missing = [c for c in required if c not in table.column_names]
     if missing:
         raise SnapshotError(f"{path}: missing column(s) {', '.join(missing)}")

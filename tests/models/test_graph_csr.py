@@ -120,7 +120,7 @@ def test_per_type_csr_matches_building_it_from_that_type_alone(tmp_path):
 
 def test_single_chunk_columns_are_wrapped_not_copied(tmp_path):
     write_snapshot(tmp_path, 5, [(0, 1, 0), (1, 2, 2)])
-    table = pq.read_table(tmp_path / "nodes.parquet", memory_map=True)
+    table = pq.read_table(tmp_path / "nodes.parquet")
     g = load_snapshot(tmp_path)
     assert g.entity_id.tolist() == table.column("entity_id").to_pylist()
     # Same values as a fresh read, and the tensor's memory is an Arrow buffer, not a numpy copy.
