@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from hir.settings import Settings
+from hir.settings import Settings, SettingsError
 
 DAY0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 DAYS = 28
@@ -156,6 +156,8 @@ def _timed(fn, *args) -> tuple[float, float]:
 
 
 def run(args: argparse.Namespace) -> dict:
+    if args.events < 1 or args.repeat < 1:
+        raise SettingsError(f"--events ({args.events}) and --repeat ({args.repeat}) must be at least 1")
     settings = Settings.from_env()
     path = events_file(settings, args.events, args.seed)
     sides = {"duckdb": duckdb_edges, "pandas": pandas_edges}
@@ -163,7 +165,7 @@ def run(args: argparse.Namespace) -> dict:
     cpu = {name: float("inf") for name in sides}
     with tempfile.TemporaryDirectory(prefix="hir-bench-snapshot-") as tmp:
         outputs = {name: Path(tmp) / f"edges_{name}.parquet" for name in sides}
-        for i in range(max(1, args.repeat)):
+        for i in range(args.repeat):
             for name, fn in sides.items():
                 w, c = _timed(fn, path, outputs[name], settings)
                 wall[name], cpu[name] = min(wall[name], w), min(cpu[name], c)
