@@ -286,8 +286,8 @@ def resolve_clip_weights(model: str, checkpoint: str, pretrained: str, base_dir:
         found = _cached_pretrained_file(cfg)
         if found is None:
             raise EmbedderError(
-                f"no weights: pretrained {architecture}/{pretrained} is not in the local cache and downloads are off "
-                f"(HF_HUB_OFFLINE); fetch it once where a network is allowed, or {_WEIGHTS_HINT}"
+                f"no weights: pretrained {architecture}/{pretrained} is not in the local cache and hir never downloads "
+                f"weights; fetch it once where a network is allowed, or {_WEIGHTS_HINT}"
             )
         keys = ("mean", "std", "interpolation", "resize_mode")
         preprocess = tuple((f"image_{k}", cfg[k]) for k in keys if k in cfg)

@@ -104,11 +104,11 @@ def _ensure_table(con: duckdb.DuckDBPyConnection, table: str, dimension: int) ->
     con.execute(_DDL[table].format(d=int(dimension)))
 
 
-def _pending(con: duckdb.DuckDBPyConnection, table: str, sql: str, model: str, extra: str = "") -> pa.Table:
+def _pending(con: duckdb.DuckDBPyConnection, table: str, sql: str, model: str) -> pa.Table:
     """Content rows (one per hash) without a cached row for ``model``."""
     if not table_exists(con, table):
         return _arrow(con, sql.format(cached=""))
-    cached = f"AND content_hash NOT IN (SELECT content_hash FROM {table} WHERE model = ? {extra})"
+    cached = f"AND content_hash NOT IN (SELECT content_hash FROM {table} WHERE model = ?)"
     return _arrow(con, sql.format(cached=cached), [model])
 
 
@@ -154,7 +154,7 @@ def arrow_to_vectors(column: pa.ChunkedArray | pa.Array, dimension: int) -> tupl
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table) -> None:
     con.register("wk_rows", rows)
     try:
-        con.execute(f"INSERT OR REPLACE INTO {table} SELECT * FROM wk_rows")
+        con.execute(f"INSERT OR REPLACE INTO {table} SELECT * FROM wk_rows").fetchall()
     finally:
         con.unregister("wk_rows")
 

@@ -97,8 +97,10 @@ def test_corrupt_and_missing_images_are_reported_and_skipped(tiny_clip, tmp_path
 def test_no_weights_gives_a_reason_and_never_random_weights(tiny_clip, tmp_path, monkeypatch):
     from hir.embedders import EmbedderError, ImageEmbedder
 
+    import huggingface_hub.constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hf-cache"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-hf-cache"))
     assert ImageEmbedder().unavailable_reason().startswith("no weights: no image checkpoint configured")
     reason = ImageEmbedder(model="ViT-B-32", pretrained="laion2b_s34b_b79k").unavailable_reason()
     assert reason.startswith("no weights:") and "not in the local cache" in reason
@@ -111,3 +113,22 @@ def test_no_weights_gives_a_reason_and_never_random_weights(tiny_clip, tmp_path,
     assert reason.startswith("no weights:") and "does not load into hir-tiny-clip-16" in reason
     with pytest.raises(EmbedderError):
         ImageEmbedder(model=str(other), checkpoint=str(weights)).embed_images(fashion_images(1))
+
+
+def test_pretrained_tag_resolves_to_the_local_hugging_face_cache_only(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    from hir.embedders import resolve_clip_weights
+
+    cache = tmp_path / "hf-cache"
+    repo = cache / "models--laion--CLIP-ViT-B-32-laion2B-s34B-b79K"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("abc123")
+    (repo / "snapshots" / "abc123").mkdir(parents=True)
+    weights = repo / "snapshots" / "abc123" / "open_clip_pytorch_model.safetensors"
+    weights.write_bytes(b"placeholder")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    found = resolve_clip_weights("ViT-B-32", "", "laion2b_s34b_b79k")
+    assert found.checkpoint == str(weights)
+    assert found.model_id == "open_clip:ViT-B-32:laion2b_s34b_b79k"
+    assert dict(found.preprocess)["image_interpolation"] == "bicubic"
