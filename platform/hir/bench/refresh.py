@@ -25,7 +25,8 @@ DAY = 86_400.0
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--graph", choices=("synthetic", "planted"), default="synthetic")
     parser.add_argument("--events", type=int, default=100_000, help="synthetic events to generate")
-    parser.add_argument("--days", type=int, default=10, help="synthetic days")
+    parser.add_argument("--days", type=int, default=10, help="days of generated events")
+    parser.add_argument("--users", type=int, default=1500, help="planted graph users (items = users / 2)")
     parser.add_argument("--steps", type=int, default=150, help="steps from scratch")
     parser.add_argument("--finetune-steps", type=int, default=25, help="steps of the warm start")
     parser.add_argument("--batch", type=int, default=32)
@@ -66,7 +67,7 @@ def _synthetic_days(args: argparse.Namespace, home: Path):
 def _planted_days(args: argparse.Namespace, home: Path):
     from hir.models.planted import planted_events, write_snapshot
 
-    events = planted_events(users=1500, items=800, coarse=8, fine_per_coarse=6, events_per_user=20, days=args.days, seed=args.seed)
+    events = planted_events(users=args.users, items=max(2, args.users // 2), coarse=8, fine_per_coarse=6, events_per_user=20, days=args.days, seed=args.seed)
     end = float(events.ts.max()) + 1
     folders = [write_snapshot(events, end - 2 * DAY, home / "day1"), write_snapshot(events, end - DAY, home / "day2")]
     nxt = events.ts >= end - DAY

@@ -90,13 +90,18 @@ def run(args: argparse.Namespace) -> dict:
     views = 4 * args.batch * (1 + config.narrow_views)
     achieved = flops / step_s / 1e9
     return {
-        "views_per_s": round(views / step_s, 1),
-        "step_ms": round(step_s * 1000, 2),
-        "model_gflop_per_step": round(flops / 1e9, 4),
-        "achieved_gflops": round(achieved, 3),
-        "matmul_peak_gflops": round(peak, 2),
-        "mfu": round(achieved / peak, 5),
+        "views_per_s": _sig(views / step_s),
+        "step_ms": _sig(step_s * 1000),
+        "model_gflop_per_step": _sig(flops / 1e9),
+        "achieved_gflops": _sig(achieved),
+        "matmul_peak_gflops": _sig(peak),
+        "mfu": _sig(achieved / peak),
         "device": str(device),
         "backend": config.backend,
         "graph": "planted",
     }
+
+
+def _sig(x: float) -> float:
+    """``x`` to four significant digits."""
+    return float(f"{x:.4g}")
