@@ -1,0 +1,80 @@
+"""Full-ranking metrics against hand-computed cases, masking, ties and batching."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from hir.models.metrics import evaluate_queries, exclusion_mask, pad_targets, ranking_metrics
+
+
+def test_single_target_hand_computed():
+    scores = torch.tensor([[0.9, 0.8, 0.7, 0.1], [0.1, 0.2, 0.3, 0.4]])
+    out = ranking_metrics(scores, torch.tensor([2, 3]), ks=(1, 3))
+    # query 0: target at rank 3; query 1: target at rank 1
+    assert out["recall@1"].tolist() == [0.0, 1.0]
+    assert out["recall@3"].tolist() == [1.0, 1.0]
+    assert out["ndcg@3"][0].item() == pytest.approx(1 / math.log2(4))
+    assert out["ndcg@3"][1].item() == pytest.approx(1.0)
+    assert out["mrr"].tolist() == pytest.approx([1 / 3, 1.0])
+
+
+def test_several_targets_hand_computed():
+    scores = torch.tensor([[1.0, 2.0, 3.0, 4.0]])
+    out = ranking_metrics(scores, torch.tensor([[0, 3]]), ks=(2,))
+    # targets at ranks 4 and 1: one of two found in the top 2
+    assert out["recall@2"].item() == pytest.approx(0.5)
+    assert out["ndcg@2"].item() == pytest.approx(1.0 / (1.0 + 1 / math.log2(3)))
+    assert out["mrr"].item() == pytest.approx(1.0)
+
+
+def test_ties_are_expected_over_a_random_order():
+    scores = torch.tensor([[0.9, 0.5, 0.5, 0.1]])
+    out = ranking_metrics(scores, torch.tensor([1]), ks=(2,))
+    # target ties with one item after one better item: rank 2 or 3 with probability 1/2 each
+    assert out["recall@2"].item() == pytest.approx(0.5)
+    assert out["ndcg@2"].item() == pytest.approx(0.5 / math.log2(3))
+    assert out["mrr"].item() == pytest.approx((1 / 2 + 1 / 3) / 2)
+    flat = ranking_metrics(torch.zeros((1, 100)), torch.tensor([7]), ks=(10,))
+    assert flat["recall@10"].item() == pytest.approx(0.1)
+
+
+def test_masking_removes_items_and_masked_targets_miss():
+    scores = torch.tensor([[0.9, 0.8, 0.7, 0.1]])
+    exclude = torch.tensor([[True, True, False, False]])
+    masked = ranking_metrics(scores, torch.tensor([2]), exclude, ks=(1,))
+    assert masked["recall@1"].item() == 1.0
+    missed = ranking_metrics(scores, torch.tensor([0]), exclude, ks=(4,))
+    assert missed["recall@4"].item() == 0.0 and missed["mrr"].item() == 0.0
+
+
+def test_sort_path_agrees_with_comparison_path():
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.randint(0, 20, (5, 300), generator=gen).float()
+    many = torch.stack([torch.randperm(300, generator=gen)[:20] for _ in range(5)])
+    by_sort = ranking_metrics(scores, many, ks=(10, 50))
+    by_parts = [ranking_metrics(scores, many[:, :10], ks=(10, 50)), ranking_metrics(scores, many[:, 10:], ks=(10, 50))]
+    recall = (by_parts[0]["recall@50"] + by_parts[1]["recall@50"]) / 2
+    assert torch.allclose(by_sort["recall@50"], recall)
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError, match="finite"):
+        ranking_metrics(torch.tensor([[float("nan"), 1.0]]), torch.tensor([0]))
+    with pytest.raises(ValueError, match="at least one target"):
+        ranking_metrics(torch.tensor([[0.0, 1.0]]), torch.tensor([[-1]]))
+
+
+def test_exclusion_mask_and_batched_evaluation():
+    indptr, indices = np.array([0, 2, 2, 3]), np.array([0, 3, 1])
+    mask = exclusion_mask(indptr, indices, np.array([2, 0]), 4)
+    assert mask.tolist() == [[False, True, False, False], [True, False, False, True]]
+    gen = torch.Generator().manual_seed(1)
+    scores = torch.rand((3, 4), generator=gen)
+    targets = pad_targets([[2], [0, 1], [3]])
+    one = evaluate_queries(lambda rows: scores[rows], targets, 4, indptr, indices, ks=(2,), batch_size=10)
+    two = evaluate_queries(lambda rows: scores[rows], targets, 4, indptr, indices, ks=(2,), batch_size=1)
+    assert one == pytest.approx(two) and one["queries"] == 3

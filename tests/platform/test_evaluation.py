@@ -1,0 +1,177 @@
+"""The evaluation protocols: exact leave-last-two-out split, the temporal split with its cold-start
+slice, key-aligned embedding scorers, and a small end-to-end ``hir eval amazon_seq`` run."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from hir import evaluation
+from hir.models.baselines import RandomScorer
+from hir.sources.base import SourceError
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_leave_last_out_is_exactly_last_two():
+    users = ["u1", "u2", "u3"]
+    seqs = [["10", "11", "12", "13"], ["11", "12", "14"], ["13", "10"]]
+    split = evaluation.leave_last_out(users, seqs)
+    keys = list(split.item_keys)
+    idx = lambda items: [keys.index(i) for i in items]  # noqa: E731
+    train_seqs = split.train.sequences()
+    got = [train_seqs[1][train_seqs[0][u] : train_seqs[0][u + 1]].tolist() for u in range(3)]
+    assert got == [idx(["10", "11"]), idx(["11"]), []]
+    # validation: users with >= 3 items, target second to last, earlier items masked
+    assert split.validation.users.tolist() == [0, 1]
+    assert split.validation.targets[:, 0].tolist() == idx(["12", "12"])
+    val_ex = split.validation.exclude_indices[split.validation.exclude_indptr[0] : split.validation.exclude_indptr[1]]
+    assert val_ex.tolist() == idx(["10", "11"])
+    # test: every user with >= 2 items, target last, history and mask = all earlier items
+    assert split.test.users.tolist() == [0, 1, 2]
+    assert split.test.targets[:, 0].tolist() == idx(["13", "14", "10"])
+    ex = split.test.exclude_indptr
+    assert [split.test.exclude_indices[ex[q] : ex[q + 1]].tolist() for q in range(3)] == [
+        idx(["10", "11", "12"]), idx(["11", "12"]), idx(["13"])]
+    hist = split.test.history.sequences()
+    assert hist[1][hist[0][0] : hist[0][1]].tolist() == idx(["10", "11", "12"])
+
+
+def test_sequence_file_errors_name_file_and_line(tmp_path):
+    path = tmp_path / "Bad.txt"
+    path.write_text("1 5 6\n2\n")
+    with pytest.raises(SourceError, match=r"Bad.txt:2: user '2' has no items"):
+        evaluation.read_sequence_file(path)
+    with pytest.raises(SourceError, match="not found"):
+        evaluation.amazon_split(tmp_path / "missing.txt")
+
+
+def test_amazon_item_text_from_datamaps(tmp_path):
+    (tmp_path / "Tiny.txt").write_text("1 1 2 3\n2 2 3 1\n")
+    (tmp_path / "tiny_datamaps.json").write_text(json.dumps({"item2id": {"A1": "1", "A2": "2", "A3": "3"}}))
+    (tmp_path / "tiny_item_textual_ids.txt").write_text("A1 red lipstick\nA3 blue shampoo\n")
+    split = evaluation.amazon_split(tmp_path)
+    assert split.info["dataset"] == "tiny"
+    assert split.item_text == ["red lipstick", None, "blue shampoo"]
+
+
+def frames():
+    day = pd.Timestamp("2024-01-01", tz="UTC")
+    rows = [  # user, item, event, day offset, value
+        ("a", "p1", "view", 0, 1.0), ("a", "p2", "view", 1, 1.0), ("a", "p2", "buy", 1.5, 1.0),
+        ("b", "p1", "view", 0.5, 1.0), ("b", "p3", "view", 2, 1.0),
+        ("a", "p3", "buy", 5.2, 1.0), ("b", "p4", "buy", 5.5, 1.0), ("b", "p1", "view", 5.6, 1.0),
+        ("c", "p2", "buy", 5.7, 1.0),
+    ]
+    events = pd.DataFrame({
+        "src_type": "user", "src_key": [r[0] for r in rows], "dst_type": "product", "dst_key": [r[1] for r in rows],
+        "event_type": [r[2] for r in rows], "ts": [day + pd.Timedelta(days=r[3]) for r in rows], "value": [r[4] for r in rows],
+    })
+    entities = pd.DataFrame({"entity_type": ["product"] * 5 + ["user"], "source_key": ["p1", "p2", "p3", "p4", "p5", "a"]})
+    content = pd.DataFrame({"entity_type": "product", "source_key": ["p1", "p4"], "text": ["soap", "towel"], "image_uri": None})
+    return events, entities, content
+
+
+def test_temporal_split_windows_targets_and_cold_start():
+    events, entities, content = frames()
+    target = evaluation.TemporalTarget(frozenset({"buy"}))
+    cutoff = pd.Timestamp("2024-01-06", tz="UTC").timestamp()
+    split = evaluation.temporal_split(events, entities, content, target, cutoff=cutoff)
+    keys = list(split.item_keys)
+    assert keys == ["p1", "p2", "p3", "p4", "p5"]  # every product is a candidate, p5 never seen
+    assert (split.test.history.times < cutoff).all() and len(split.test.history) == 5
+    users = list(split.user_keys)
+    test = {users[u]: sorted(keys[i] for i in t[t >= 0].tolist()) for u, t in zip(split.test.users, split.test.targets)}
+    assert test == {"a": ["p3"], "b": ["p4"], "c": ["p2"]}  # only buys after the cut-off; views are not targets
+    cold = split.slices["cold_start"]
+    assert [users[u] for u in cold.users] == ["b"] and keys[int(cold.targets[0, 0])] == "p4"
+    # validation holds out each user's last training event; training keeps the rest
+    assert len(split.train) + len(split.validation.users) == len(split.test.history)
+    assert split.item_text == ["soap", None, None, "towel", None]
+    assert split.info["cold_start_queries"] == 1 and split.info["masking"] == "none"
+
+
+def test_temporal_split_min_value_and_masking():
+    events, entities, content = frames()
+    events["event_type"], events["value"] = "rating", 5.0
+    events.loc[events["dst_key"] == "p4", "value"] = 2.0
+    target = evaluation.TemporalTarget(frozenset({"rating"}), min_value=4.0, mask_seen=True)
+    split = evaluation.temporal_split(events, entities, content, target, cutoff=pd.Timestamp("2024-01-06", tz="UTC").timestamp())
+    users = list(split.user_keys)
+    targets = {users[u]: sorted(split.item_keys[t[t >= 0].numpy()]) for u, t in zip(split.test.users, split.test.targets)}
+    assert targets == {"a": ["p3"], "b": ["p1"], "c": ["p2"]}  # b's rating 2 of p4 is not a target
+    row = list(split.test.users).index(users.index("a"))
+    masked = split.test.exclude_indices[split.test.exclude_indptr[row] : split.test.exclude_indptr[row + 1]]
+    assert sorted(split.item_keys[masked]) == ["p1", "p2"]
+
+
+def test_no_targets_is_a_clear_error():
+    events, entities, content = frames()
+    with pytest.raises(SourceError, match="no purchase events"):
+        evaluation.temporal_split(events, entities, content, evaluation.TemporalTarget(frozenset({"purchase"})))
+
+
+def test_embedding_scorer_aligns_by_key():
+    split = evaluation.leave_last_out(["u1", "u2"], [["1", "2", "3"], ["2", "3", "1"]])
+    scorer = evaluation.embedding_scorer(split, ["u2", "zz"], [[1.0, 0.0], [5.0, 5.0]],
+                                         ["3", "1"], [[2.0, 0.0], [0.0, 1.0]], name="hir")
+    scores = scorer.score(np.array([0, 1]), split.test.history)
+    keys = list(split.item_keys)
+    assert scores[0].tolist() == [0.0, 0.0, 0.0]  # u1 has no vector
+    assert scores[1, keys.index("3")].item() == 2.0 and scores[1, keys.index("2")].item() == 0.0
+    assert scorer.name == "hir"
+
+
+def test_run_scorers_reports_test_and_slices():
+    events, entities, content = frames()
+    split = evaluation.temporal_split(events, entities, content, evaluation.TemporalTarget(frozenset({"buy"})),
+                                      cutoff=pd.Timestamp("2024-01-06", tz="UTC").timestamp())
+    results = evaluation.run_scorers(split, {"random": lambda: RandomScorer(seed=0)}, ks=(2,))
+    assert results["random"]["queries"] == 3 and results["random"]["cold_start"]["queries"] == 1
+    assert 0.0 <= results["random"]["recall@2"] <= 1.0
+
+
+def write_tiny_beauty(folder, users=80, items=60, seed=0):
+    """A Beauty-format copy: users follow item chains (item k then k+1) within 4 groups."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for user in range(1, users + 1):
+        group, start = rng.integers(0, 4), rng.integers(0, items // 4)
+        seq = [group * (items // 4) + (start + j) % (items // 4) + 1 for j in range(rng.integers(5, 9))]
+        lines.append(" ".join(map(str, [user] + seq)))
+    (folder / "Beauty.txt").write_text("\n".join(lines) + "\n")
+
+
+def test_hir_eval_amazon_seq_end_to_end(tmp_path, data_home, capsys):
+    from hir.cli import main
+
+    write_tiny_beauty(tmp_path)
+    code = main(["eval", "amazon_seq", "--path", str(tmp_path), "--json", "--seed", "3", "--max-epochs", "3"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["dataset"] == "amazon_beauty" and report["seed"] == 3
+    assert report["hir"] == "not trained" and report["recall@10"] is None
+    assert set(report["baselines"]) == {"popularity", "cooccurrence", "als", "lightgcn", "sasrec"}
+    assert report["skipped"] == {"text_world_knowledge": "the source has no item text"}
+    for figures in report["baselines"].values():
+        assert set(figures) >= {"recall@5", "ndcg@5", "recall@10", "ndcg@10"} and figures["queries"] == 80
+    assert report["baselines"]["cooccurrence"]["recall@10"] > 0.5  # the planted chains
+    assert report["settings"]["sasrec"]["loss"] == "full cross-entropy"
+
+
+def test_hir_eval_refuses_missing_path_and_unknown_baseline(data_home, capsys):
+    from hir.cli import main
+
+    assert main(["eval", "amazon_seq"]) == 2
+    assert main(["eval", "synthetic", "--baselines", "popularity,magic"]) == 2
+    assert "unknown magic" in capsys.readouterr().err
