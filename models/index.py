@@ -11,9 +11,12 @@ Retrieval for a query bag ``{(t, q_t)}`` scores every entity by weighted token o
 
     s(e) = Σ_t q_t · w(t, e),
 
-computed by gathering the postings of the query's tokens and scatter-adding ``q_t · w(t, e)`` into
-a score vector; the top ``k`` (optionally of one entity type only) are returned. With a re-rank,
-the top ``candidates`` by overlap are re-ordered by the embedding score ``⟨u, v_e⟩``.
+computed by gathering the postings of the query's tokens and scatter-adding ``q_t · w(t, e)`` over
+the distinct rows touched; the top ``k`` (optionally of one entity type only) are returned. With a
+``budget``, only the rarest tokens' postings are gathered (the candidate set) and the common tokens
+are scored on those candidates by binary search in their row-sorted postings (MaxScore-style). With
+a re-rank, the top ``candidates`` by overlap are re-ordered by the embedding score ``⟨u, v_e⟩``;
+when the gathered postings number at most ``candidates``, all of them are re-ranked directly.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ class InvertedIndex:
     entity_types: torch.Tensor
     type_names: list[str]
     _masks: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    _spans: dict[int, tuple[int, int]] | None = field(default=None, repr=False)
+    _scratch: torch.Tensor | None = field(default=None, repr=False)
 
     @classmethod
     def build(
@@ -89,6 +94,48 @@ class InvertedIndex:
         positions = start[query_index] + torch.arange(int(length.sum())) - first[query_index]
         return positions, query_index
 
+    def _plan(self, tokens: torch.Tensor, weights: torch.Tensor, budget: int) -> tuple[list, list]:
+        """Split the query's known tokens into gathered and probed ``(start, end, weight)`` spans.
+
+        Spans are taken shortest first while their postings total at most ``budget`` (at least
+        one; all when ``budget`` is 0). Planning runs in Python: a query has a handful of tokens.
+        """
+        if self._spans is None:
+            bounds = self.offsets.tolist()
+            self._spans = {t: (bounds[i], bounds[i + 1]) for i, t in enumerate(self.tokens.tolist())}
+        spans = sorted(
+            (self._spans[t] + (w,) for t, w in zip(tokens.tolist(), weights.tolist()) if t in self._spans),
+            key=lambda span: span[1] - span[0],
+        )
+        total, gathered = 0, []
+        for span in spans:
+            total += span[1] - span[0]
+            if gathered and budget > 0 and total > budget:
+                break
+            gathered.append(span)
+        return gathered, spans[len(gathered):]
+
+    def _first_occurrence(self, rows: torch.Tensor) -> torch.Tensor:
+        """Boolean mask of each row's first occurrence in ``rows`` (any one occurrence per row).
+
+        Uses a scratch ``[N]`` array kept on the index (so one index serves one query at a time):
+        every entry writes its position at its row, and the entry whose position survived there
+        represents that row.
+        """
+        if self._scratch is None:
+            self._scratch = torch.empty(self.num_entities, dtype=torch.int64)
+        position = torch.arange(rows.numel())
+        self._scratch.index_copy_(0, rows, position)
+        return self._scratch.index_select(0, rows) == position
+
+    def _gather(self, gathered: list) -> tuple[torch.Tensor, torch.Tensor]:
+        """Distinct rows of the gathered spans and the index of each concatenated posting's row among them."""
+        if len(gathered) == 1:
+            rows = self.rows[gathered[0][0]:gathered[0][1]]
+            return rows, torch.arange(rows.numel())
+        rows = torch.cat([self.rows[a:b] for a, b, _ in gathered]) if gathered else self.rows[:0]
+        return torch.unique(rows, return_inverse=True)
+
     def candidates(
         self, tokens: torch.Tensor, weights: torch.Tensor, budget: int = 0
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -103,31 +150,14 @@ class InvertedIndex:
                 row-sorted postings by binary search. An entity matching common tokens only is
                 then skipped; its score is at most the sum of those tokens' query weights.
         """
-        tokens, weights = tokens.long(), weights.float()
-        slot = torch.searchsorted(self.tokens, tokens).clamp_max(max(self.tokens.numel() - 1, 0))
-        found = self.tokens[slot] == tokens if self.tokens.numel() else torch.zeros_like(tokens, dtype=torch.bool)
-        slot, weights = slot[found], weights[found]
-        start, end = self.offsets[slot], self.offsets[slot + 1]
-        length = end - start
-        order = torch.argsort(length, stable=True)
-        take = torch.cumsum(length[order], 0) <= budget if budget > 0 else torch.ones_like(order, dtype=torch.bool)
-        take[:1] = True
-        gathered, rest = order[take].tolist(), order[~take].tolist()
-        starts, ends = start.tolist(), end.tolist()
-        rows = torch.cat([self.rows[starts[i]:ends[i]] for i in gathered]) if gathered else self.rows[:0]
-        contrib = torch.cat([self.weights[starts[i]:ends[i]] * weights[i] for i in gathered]) if gathered else self.weights[:0]
-        buffer = torch.zeros(self.num_entities)
-        buffer.index_add_(0, rows, contrib)
-        marker = torch.empty(self.num_entities, dtype=torch.int64)
-        position = torch.arange(rows.numel())
-        marker[rows] = position
-        rows = rows[marker[rows] == position]
-        scores = buffer[rows]
-        for i in rest:
-            segment = self.rows[starts[i]:ends[i]]
+        gathered, probed = self._plan(tokens, weights, budget)
+        rows, inverse = self._gather(gathered)
+        contrib = torch.cat([self.weights[a:b] * w for a, b, w in gathered]) if gathered else self.weights[:0]
+        scores = torch.zeros(rows.numel()).index_add_(0, inverse, contrib)
+        for a, b, w in probed:
+            segment = self.rows[a:b]
             at = torch.searchsorted(segment, rows).clamp_max(segment.numel() - 1)
-            hit = segment[at] == rows
-            scores += torch.where(hit, self.weights[starts[i] + at] * weights[i], 0.0)
+            scores += torch.where(segment[at] == rows, self.weights[a + at] * w, 0.0)
         return rows, scores
 
     def scores(self, tokens: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -153,22 +183,44 @@ class InvertedIndex:
             entity_type: keep only rows of this type.
             query_vector, vectors, candidates: when all given, the top ``candidates`` rows by
                 overlap are re-ranked by ``vectors[row] · query_vector`` (``vectors`` ``[N, d]``)
-                and the scores returned are embedding scores.
+                and the scores returned are embedding scores; when the gathered postings number at
+                most ``candidates``, every gathered row is re-ranked.
             budget: postings gathered for the candidate set (see :meth:`candidates`; 0 = all).
         Only rows with a positive overlap are returned, so fewer than ``k`` may come back.
         """
+        rerank = query_vector is not None and vectors is not None and candidates > 0
+        if rerank:
+            gathered, _ = self._plan(tokens, weights, budget)
+            if sum(b - a for a, b, _ in gathered) <= candidates:
+                return self._rerank_all(gathered, k, entity_type, query_vector, vectors)
         rows, scores = self.candidates(tokens, weights, budget)
         keep = scores > 0
         if entity_type is not None:
             keep &= self.type_mask(entity_type)[rows]
         rows, scores = rows[keep], scores[keep]
-        rerank = query_vector is not None and vectors is not None and candidates > 0
         top = scores.topk(min(candidates if rerank else k, rows.numel()))
-        rows = rows[top.indices]
+        rows = rows.index_select(0, top.indices)
         if not rerank:
             return rows, top.values
-        best = (vectors[rows] @ query_vector.to(vectors.dtype)).topk(min(k, rows.numel()))
-        return rows[best.indices], best.values
+        best = (vectors.index_select(0, rows) @ query_vector.to(vectors.dtype)).topk(min(k, rows.numel()))
+        return rows.index_select(0, best.indices), best.values
+
+    def _rerank_all(self, gathered, k, entity_type, query_vector, vectors) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rank every posting of the gathered spans by embedding score, then drop repeated rows.
+
+        A row occurs at most once per span, so the best ``k × spans`` postings hold at least ``k``
+        distinct rows; only those are de-duplicated.
+        """
+        rows = torch.cat([self.rows[a:b] for a, b, _ in gathered]) if len(gathered) != 1 else self.rows[gathered[0][0]:gathered[0][1]]
+        if entity_type is not None:
+            rows = rows.masked_select(self.type_mask(entity_type).index_select(0, rows))
+        dots = vectors.index_select(0, rows) @ query_vector.to(vectors.dtype)
+        best = dots.topk(min(k * max(len(gathered), 1), rows.numel()))
+        top = rows.index_select(0, best.indices)
+        if len(gathered) <= 1:
+            return top, best.values
+        first = self._first_occurrence(top)
+        return top.masked_select(first)[:k], best.values.masked_select(first)[:k]
 
     def explain(self, tokens: torch.Tensor, weights: torch.Tensor, row: int) -> list[tuple[int, float]]:
         """The query tokens that match entity ``row`` with their contributions ``q_t · w(t, e)``, largest first."""

@@ -109,3 +109,17 @@ def test_explanation_contributions_sum_to_score(bags):
         parts = index.explain(q_tokens, q_weights, row)
         assert sum(c for _, c in parts) == pytest.approx(score, rel=1e-5)
         assert all(dense.matrix[row, dense.col(torch.tensor(t))] > 0 for t, _ in parts)
+
+
+def test_rerank_of_the_whole_candidate_set_drops_repeated_rows(bags):
+    index, dense, types = bags
+    vectors = torch.randn(dense.shape[0], 8, generator=torch.Generator().manual_seed(3))
+    query = torch.randn(8, generator=torch.Generator().manual_seed(4))
+    q_tokens, q_weights = torch.tensor([0, 1, 1_000_003, 2_000_001]), torch.ones(4)
+    matched = (index.scores(q_tokens, q_weights) > 0) & (types == 0)
+    pool = matched.nonzero().squeeze(1)
+    rows, scores = index.search(q_tokens, q_weights, 6, entity_type="ad", query_vector=query, vectors=vectors,
+                                candidates=10_000)
+    best = (vectors[pool] @ query).topk(6)
+    assert torch.equal(rows, pool[best.indices])
+    assert torch.allclose(scores, best.values)

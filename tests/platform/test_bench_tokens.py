@@ -1,0 +1,31 @@
+"""`hir bench quantizer` and `hir bench retrieval` on tiny inputs: one JSON line with every key."""
+
+from __future__ import annotations
+
+import json
+
+from hir.cli import main
+
+
+def _json_line(capsys) -> dict:
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_bench_quantizer_reports_hir_and_faiss(capsys):
+    argv = ["bench", "quantizer", "--json", "--n", "600", "--dim", "8", "--codebooks", "2", "--nbits", "4", "--iterations", "2"]
+    assert main(argv) == 0
+    out = _json_line(capsys)
+    assert set(out) == {"n", "dim", "codebooks", "codes", "hir_mse", "faiss_rq_mse", "faiss_lsq_mse", "ratio_to_best_faiss"}
+    assert (out["n"], out["dim"], out["codebooks"], out["codes"]) == (600, 8, 2, 16)
+    best = min(out["faiss_rq_mse"], out["faiss_lsq_mse"])
+    assert abs(out["ratio_to_best_faiss"] - out["hir_mse"] / best) < 1e-3
+
+
+def test_bench_retrieval_reports_speed_and_recall(capsys):
+    argv = ["bench", "retrieval", "--json", "--items", "3000", "--dim", "16", "--queries", "10", "--codes", "8,32",
+            "--train", "1000", "--candidates", "400", "--budget", "600"]
+    assert main(argv) == 0
+    out = _json_line(capsys)
+    assert set(out) == {"items", "index_p50_ms", "exact_p50_ms", "faiss_ivfpq_p50_ms", "speedup_vs_exact", "recall_at_100_vs_exact"}
+    assert out["items"] == 3000
+    assert 0.0 < out["recall_at_100_vs_exact"] <= 1.0
