@@ -63,6 +63,8 @@ def _load_json(path: Path, what: str) -> dict:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise SourceError(f"{path}: {what} is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise SourceError(f"{path}: {what} is nested too deeply") from None
 
 
 def _datamaps(path: Path) -> dict:
@@ -99,6 +101,17 @@ def _sequences(path: Path, maps: dict) -> tuple[Table, pd.DataFrame]:
     return table, pairs
 
 
+def _item2attributes(path: Path) -> dict:
+    """The item → attribute-id list map; any other shape is a one-line :class:`SourceError`."""
+    item2attrs = _load_json(path, "item2attributes JSON")
+    if not isinstance(item2attrs, dict):
+        raise SourceError(f"{path}: item2attributes JSON is not a map of item id to attribute ids")
+    for item, attrs in item2attrs.items():
+        if not isinstance(attrs, list) or not all(isinstance(a, (int, str)) and not isinstance(a, bool) for a in attrs):
+            raise SourceError(f"{path}: item {str(item)[:40]!r}: attributes must be a list of ids, got {str(attrs)[:40]!r}")
+    return item2attrs
+
+
 def _attribute_types(item2attrs: dict) -> dict[str, str]:
     """Attribute id → ``brand`` (opens a list, never later in any) or ``category``."""
     first = {str(v[0]) for v in item2attrs.values() if v}
@@ -130,17 +143,23 @@ def _texts(path: Path | None) -> pd.Series:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise SourceError(f"{path}: item text file is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if not text.strip():  # an empty text file: no texts (str.partition of no lines has no columns)
+        return pd.Series(dtype=object)
     lines = pd.Series(text.splitlines(), dtype=object).str.partition(" ")
-    return pd.Series(lines[2].str.strip().to_numpy(), index=lines[0].to_numpy())
+    texts = pd.Series(lines[2].str.strip().to_numpy(), index=lines[0].to_numpy())
+    return texts[~texts.index.duplicated()]  # an ASIN listed twice keeps its first text
 
 
 def _content(asins: pd.Series, attrs: pd.DataFrame, texts: pd.Series) -> pd.DataFrame:
     joined = attrs.groupby(["asin", "kind"])["name"].agg(", ".join).unstack()
-    joined = joined.reindex(index=asins, columns=["brand", "category"])
+    # object dtype: a kind no item has (e.g. no brands at all) is an all-NaN column, float otherwise.
+    joined = joined.reindex(index=asins, columns=["brand", "category"]).astype(object)
     parts = pd.DataFrame({"text": texts.reindex(asins).to_numpy()}, index=asins)
     parts["brand"] = ("brand: " + joined["brand"]).to_numpy()
     parts["category"] = ("categories: " + joined["category"]).to_numpy()
-    text = parts.apply(lambda r: " | ".join(v for v in r if isinstance(v, str) and v), axis=1)
+    # A comprehension, not DataFrame.apply: apply on zero rows returns a frame, not a column.
+    text = pd.Series([" | ".join(v for v in r if isinstance(v, str) and v) for r in parts.itertuples(index=False, name=None)],
+                     dtype=object)
     products = pd.DataFrame({"entity_type": "product", "source_key": asins.to_numpy(), "text": text.to_numpy()})
     names = attrs[["kind", "name"]].drop_duplicates()
     named = pd.DataFrame({"entity_type": names["kind"].to_numpy(), "source_key": names["name"].to_numpy(), "text": names["name"].to_numpy()})
@@ -162,7 +181,7 @@ def read(path: Path, settings: Settings) -> SourceBatch:
     events = pd.DataFrame({"src_type": "user", "src_key": pairs["user"], "dst_type": "product", "dst_key": pairs["item"],
                            "event_type": "purchase", "ts": pairs["ts"], "value": 1.0})
     first = pairs.groupby("item")["ts"].min()
-    attrs = _item_attributes(_load_json(attrs_path, "item2attributes JSON"), maps)
+    attrs = _item_attributes(_item2attributes(attrs_path), maps)
     attrs = attrs[attrs["asin"].isin(first.index)]
     relations = pd.DataFrame({"src_type": "product", "src_key": attrs["asin"], "dst_type": attrs["kind"],
                               "dst_key": attrs["name"], "relation": np.where(attrs["kind"] == "brand", "of_brand", "in_category"),

@@ -72,6 +72,10 @@ def load_mapping(path: Path) -> dict[str, Any]:
         mapping = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise SourceError(f"{path}: CSV mapping is not valid YAML: {' '.join(str(exc).split())}") from None
+    except UnicodeDecodeError as exc:
+        raise SourceError(f"{path}: CSV mapping is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except RecursionError:
+        raise SourceError(f"{path}: CSV mapping is nested too deeply") from None
     if not isinstance(mapping, dict) or not any(mapping.get(s) for s in SECTIONS):
         raise SourceError(f"{path}: CSV mapping needs at least one of the sections {', '.join(SECTIONS)}")
     for section in SECTIONS:
@@ -191,7 +195,9 @@ def _entities(rows: pd.DataFrame, n: int, item: dict) -> tuple[pd.DataFrame, pd.
     text = None
     if text_cols:
         parts = rows[text_cols].astype(object).fillna("").astype(str)
-        text = parts.apply(lambda r: " | ".join(v.strip() for v in r if v.strip()), axis=1).replace("", None).to_numpy()
+        # A comprehension, not DataFrame.apply: apply on zero rows returns a frame, not a column.
+        text = np.array([" | ".join(v.strip() for v in r if v.strip()) or None
+                         for r in parts.itertuples(index=False, name=None)], dtype=object)
     image = rows[tag + "_image"].to_numpy() if isinstance(item.get("image"), dict) else None
     content = pd.DataFrame({"entity_type": str(item["type"]), "source_key": keys, "text": text, "image_uri": image})
     if text is None and image is None:

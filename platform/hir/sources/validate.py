@@ -55,12 +55,21 @@ def _check_delimiter(path: Path, first: str, sep: str, expected_fields: int) -> 
     raise SourceError(f"{path}: expected {expected_fields} {sep!r}-separated fields, the first line has 1")
 
 
+def _split_first(path: Path, first: str, sep: str) -> list[str]:
+    """The fields of the first line; one the csv module cannot split (a stray carriage return, a
+    field over its size limit) is a one-line :class:`SourceError` naming the file."""
+    try:
+        return next(csv.reader([first], delimiter=sep), [])
+    except csv.Error as exc:
+        raise SourceError(f"{path}: cannot split the first line into {sep!r}-separated fields ({exc})") from None
+
+
 def _header_names(path: Path, first: str, sep: str, columns: Sequence[str]) -> list[str]:
     """The header's column names; raise when the header is absent or lacks any of ``columns``."""
     if not first.strip():
         raise SourceError(f"{path}: no header line (the first line is blank); expected columns {', '.join(columns)}")
     _check_delimiter(path, first, sep, len(columns))
-    names = [name.strip() for name in next(csv.reader([first], delimiter=sep))]
+    names = [name.strip() for name in _split_first(path, first, sep)]
     missing = [c for c in columns if c not in names]
     if len(missing) == len(columns) > 1:
         raise SourceError(f"{path}: no header line with columns {', '.join(columns)} (first line: {first[:80]!r})")
@@ -247,7 +256,7 @@ def read_table(
     else:
         names = list(columns)
         _check_delimiter(path, first, sep, len(names))
-        found = len(next(csv.reader([first], delimiter=sep)))
+        found = len(_split_first(path, first, sep))
         if found != len(names):
             raise SourceError(
                 f"{path}: expected {len(names)} {sep!r}-separated fields ({', '.join(names)}), the first line has {found}"
