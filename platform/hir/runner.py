@@ -7,6 +7,7 @@ line per step; a user mistake inside a step comes back as that mistake, not a tr
 from __future__ import annotations
 
 import logging
+import os
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -111,6 +112,46 @@ def _execute(job: dg.JobDefinition, instance: dg.DagsterInstance, **kwargs) -> N
         raise SourceError(f"run {result.run_id} failed; see `hir ui` for its logs")
 
 
+def _run_pid(instance: dg.DagsterInstance, run_id: str) -> int | None:
+    """The process id recorded by the first event of ``run_id`` that carries one."""
+    for entry in instance.all_logs(run_id):
+        pid = getattr(entry.dagster_event, "pid", None)
+        if pid:
+            return int(pid)
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def release_dead_runs(instance: dg.DagsterInstance) -> list[str]:
+    """Fail the runs left unfinished by a killed process and free their pool slots.
+
+    A ``hir run`` killed with SIGKILL (or a lost machine) never reports its end, so its run stays
+    STARTED and keeps its ``duckdb_writer`` slot: every later run would wait for it forever. A run
+    whose recorded process no longer exists on this machine is marked failed and its slots are
+    freed. Returns the run ids released.
+    """
+    released = []
+    live = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+    for record in instance.get_run_records(dg.RunsFilter(statuses=live)):
+        run = record.dagster_run
+        pid = _run_pid(instance, run.run_id)
+        if pid is None or pid == os.getpid() or _alive(pid):
+            continue
+        instance.report_run_failed(run, f"the process running it (pid {pid}) is gone")
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        released.append(run.run_id)
+    return released
+
+
 def run_pipeline(settings: Settings, partition: str | None = None, ingest_only: bool = False) -> int:
     from hir.definitions import build_definitions
     from hir.instance import prepare
@@ -119,6 +160,8 @@ def run_pipeline(settings: Settings, partition: str | None = None, ingest_only: 
     defs = build_definitions(settings, loggers={"progress_logger": progress_logger})
     with dg.DagsterInstance.get() as instance:
         _console.print(f"[bold]hir run[/] source={settings.source} data home={settings.data_home}")
+        for run_id in release_dead_runs(instance):
+            _console.print(f"[yellow]released[/] run {run_id}: its process was killed")
         _execute(defs.resolve_job_def("ingest_job"), instance)
         if ingest_only:
             return 0
