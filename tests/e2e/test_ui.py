@@ -4,7 +4,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from hir.bench.feast import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -38,12 +38,6 @@ TINY = {
     "HIR_TRAIN_STEPS": "20",
     "HIR_TEXT_BATCH_SIZE": "64",
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _graphql(port: int, query: str, variables: dict) -> dict:
@@ -75,7 +69,7 @@ def dagster_ui(data_home):
     os.environ.update(TINY)
     prepare(Settings.from_env(env))
     env["DAGSTER_HOME"] = os.environ["DAGSTER_HOME"]
-    port = _free_port()
+    port = free_port()
     log = open(data_home / "dagster_dev.log", "w")
     dagster = str(Path(sys.executable).parent / "dagster")
     proc = subprocess.Popen(
