@@ -348,8 +348,11 @@ def describe_tokens(
         texts: ``entity_id, text`` of all content before the cut-off (the tf-idf corpus).
         labels: ``entity_id, label`` pairs: an entity's categories/genres by name.
         top_terms, top_labels: how many of each to keep.
-    Each token's term score is ``Σ_e w(t, e) · tfidf(e, term)`` over its entities with content
-    (tf-idf against all content); its label score is ``Σ_e w(t, e)`` over entities with that label.
+    Each token's term mass is ``T(t, term) = Σ_e w(t, e) · tfidf(e, term)`` over its entities with
+    content (tf-idf against all content), ranked by the class-based tf-idf
+    ``T(t, term) · log(1 + A / Σ_t' T(t', term))`` with ``A`` the mean mass per token, so words
+    spread over every token (shared ad boilerplate) give way to the token's own words. Its label
+    score is ``Σ_e w(t, e)`` over its entities with that label (the most common labels).
     Returns ``token, level, code, entities, top_terms list<str>, top_labels list<str>, description``.
     """
     token = postings.column("token").to_numpy()
@@ -357,7 +360,7 @@ def describe_tokens(
     weight = postings.column("weight").to_numpy().astype(np.float64)
     uniq, token_row = np.unique(token, return_inverse=True)
     counts = np.bincount(token_row, minlength=uniq.size)
-    terms = _weighted_top(token_row, uniq.size, entity, weight, *_tfidf(texts), top_terms)
+    terms = _weighted_top(token_row, uniq.size, entity, weight, *_tfidf(texts), top_terms, distinctive=True)
     cats = _weighted_top(token_row, uniq.size, entity, weight, *_label_matrix(labels), top_labels)
     described = [
         "; ".join(part for part in (", ".join(t), ("in " + ", ".join(c)) if c else "") if part) for t, c in zip(terms, cats)
@@ -402,8 +405,12 @@ def _label_matrix(labels):
     return ids, matrix, names.astype(object)
 
 
-def _weighted_top(token_row, n_tokens, entity, weight, ids, matrix, names, top):
-    """Per token, the ``top`` columns of ``Σ_e w(t, e) · matrix[e]`` with a positive score."""
+def _weighted_top(token_row, n_tokens, entity, weight, ids, matrix, names, top, distinctive: bool = False):
+    """Per token, the ``top`` columns of ``S(t) = Σ_e w(t, e) · matrix[e]`` with a positive score.
+
+    With ``distinctive``, columns are ranked by ``S(t, c) · log(1 + A / Σ_t' S(t', c))`` instead,
+    ``A`` being the mean row mass of S (class-based tf-idf).
+    """
     import scipy.sparse as sp
 
     if ids.size == 0 or matrix.shape[1] == 0:
@@ -412,6 +419,10 @@ def _weighted_top(token_row, n_tokens, entity, weight, ids, matrix, names, top):
     hit = ids[slot] == entity
     link = sp.csr_matrix((weight[hit], (token_row[hit], slot[hit])), shape=(n_tokens, ids.size))
     scores = (link @ matrix).tocsr()
+    if distinctive and scores.nnz:
+        mass = np.asarray(scores.sum(axis=0)).ravel()
+        lift = np.log1p(scores.sum() / n_tokens / np.where(mass > 0, mass, 1.0))
+        scores = (scores @ sp.diags(lift)).tocsr()
     out = []
     for t in range(n_tokens):
         row = scores.getrow(t)
