@@ -564,10 +564,25 @@ class Trainer:
         mine = self._config_dict()
         shape_fields = frozenset(set(saved.get("train", {})) - {"coarse", "fine", "proj_dim"})
         check_config({"train": saved["train"], "encoder": saved["encoder"], "sampler": mine["sampler"]}, mine, folder, ignore=shape_fields)
-        weights = load_file(str(folder / "model.safetensors"))
+        weights = read_weights(folder / "model.safetensors")
         self.student.load_state_dict(_prefixed(weights, "student."))
         self.teacher.load_state_dict(_prefixed(weights, "teacher."))
         self.warm_started_from = str(folder)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is not what it claims to be (e.g. a pickle in place of safetensors)."""
+
+
+def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of the safetensors file ``path``; anything else (a pickle, a torn file) raises
+    :class:`CheckpointError` naming the file. Nothing here unpickles."""
+    from safetensors import SafetensorError
+
+    try:
+        return load_file(str(path))
+    except SafetensorError as exc:
+        raise CheckpointError(f"{path}: not a safetensors checkpoint ({exc}); hir never loads pickles") from None
 
 
 def _prefixed(weights: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
@@ -576,13 +591,16 @@ def _prefixed(weights: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.
 
 def _load_checked(path: Path, step: int) -> dict[str, torch.Tensor]:
     """Load a safetensors file and check it belongs to the checkpoint of ``step``."""
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
-    with safe_open(str(path), framework="pt") as fh:
-        written = int((fh.metadata() or {}).get("step", -1))
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            written = int((fh.metadata() or {}).get("step", -1))
+    except SafetensorError as exc:
+        raise CheckpointError(f"{path}: not a safetensors checkpoint ({exc}); hir never loads pickles") from None
     if written != int(step):
         raise CheckpointMismatch(f"{path} holds step {written} but state.json says step {step}; the checkpoint is torn")
-    return load_file(str(path))
+    return read_weights(path)
 
 
 def read_configs(folder: str | Path) -> tuple[TrainConfig, EncoderConfig, SamplerConfig]:
@@ -604,7 +622,7 @@ def load_model(folder: str | Path, num_edge_types: int, device: str | torch.devi
     """
     config, encoder_config, _ = read_configs(folder)
     model = HIRModel(encoder_config, config, num_edge_types)
-    model.load_state_dict(_prefixed(load_file(str(Path(folder) / "model.safetensors")), f"{which}."))
+    model.load_state_dict(_prefixed(read_weights(Path(folder) / "model.safetensors"), f"{which}."))
     return model.to(device).eval()
 
 
