@@ -203,9 +203,9 @@ class CooccurrenceScorer(Scorer):
 
     def fit(self, train, validation=None):
         indptr, items = train.sequences()
-        same_user = np.ones(len(items), dtype=bool)
-        same_user[indptr[1:-1] - 1] = False
-        first, second = items[:-1][same_user[:-1]], items[1:][same_user[:-1]]
+        owner = np.repeat(np.arange(train.n_users), np.diff(indptr))
+        same_user = owner[:-1] == owner[1:]
+        first, second = items[:-1][same_user], items[1:][same_user]
         if self.symmetric:
             first, second = np.concatenate([first, second]), np.concatenate([second, first])
         data = np.ones(len(first), dtype=np.float32)

@@ -171,7 +171,8 @@ TEMPORAL_TARGETS = {
 
 
 def _unix_seconds(ts: pd.Series) -> np.ndarray:
-    return pd.to_datetime(ts, utc=True).astype("int64").to_numpy() / 1e9
+    """Unix seconds of a timestamp column, whatever its resolution (s, ms, us, ns)."""
+    return (pd.to_datetime(ts, utc=True) - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy()
 
 
 def choose_cutoff(target_times: np.ndarray, end: float, target: TemporalTarget, test_days: float) -> float:

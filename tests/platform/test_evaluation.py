@@ -175,3 +175,23 @@ def test_hir_eval_refuses_missing_path_and_unknown_baseline(data_home, capsys):
     assert main(["eval", "amazon_seq"]) == 2
     assert main(["eval", "synthetic", "--baselines", "popularity,magic"]) == 2
     assert "unknown magic" in capsys.readouterr().err
+
+
+def test_unix_seconds_whatever_the_resolution():
+    ts = pd.Series(pd.to_datetime(["2026-01-01T00:00:10"]).astype("datetime64[s]")).dt.tz_localize("UTC")
+    assert evaluation._unix_seconds(ts).tolist() == [pd.Timestamp("2026-01-01T00:00:10", tz="UTC").timestamp()]
+
+
+def test_hir_eval_synthetic_temporal(data_home, monkeypatch, capsys):
+    from hir.cli import main
+
+    monkeypatch.setenv("HIR_SYNTHETIC_EVENTS", "20000")
+    code = main(["eval", "synthetic", "--json", "--baselines", "popularity,cooccurrence,als"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    protocol = report["protocol"]
+    assert protocol["protocol"] == "temporal" and protocol["target_events"] == ["purchase"]
+    assert protocol["cutoff"].startswith("2026-01") and protocol["train_interactions"] > 0
+    for figures in report["baselines"].values():
+        assert set(figures) >= {"recall@10", "recall@50", "ndcg@10", "mrr", "cold_start"}
+    assert report["baselines"]["cooccurrence"]["recall@50"] > report["baselines"]["popularity"]["recall@10"]
