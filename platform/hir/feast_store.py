@@ -258,6 +258,11 @@ class FeastStore(dg.ConfigurableResource):
         raw = yaml.safe_load(string.Template(text).safe_substitute(HIR_DATA_HOME=self.data_home))
         config = RepoConfig(**raw)
         config.repo_path = Path(self.repo_path)
+        # Readers keep the last materialised values while `materialize` holds a view in state
+        # MATERIALIZING (Feast refuses to serve it otherwise, so every lookup during a
+        # materialisation failed). Set here rather than in the YAML, where Feast warns that the
+        # flag targets SQL registries; on this shared file registry it is what readers need.
+        config.registry.serve_features_while_materializing = True
         return config
 
     def store(self) -> "feast.FeatureStore":  # noqa: F821
