@@ -613,17 +613,18 @@ def online_load(data_home: Path, clients: int = 8, seconds: float = 10.0, seed: 
             t = rng.choice(("user", "ad"))
             batch = rng.sample(keys[t], 20)
             try:
-                got = feast.online(t, batch, features=["hir_embedding"], store=store)["hir_embedding"]
+                answer = feast.online(t, batch, features=["hir_embedding", "model_version"], store=store)
             except Exception as exc:  # every failed lookup is counted and reported
                 with lock:
                     stats["lookup_errors"] += 1
                     errors.append(f"{type(exc).__name__}: {exc}")
                 continue
             mixed = new = 0
-            for k, v in zip(batch, got):
+            for k, v, version in zip(batch, answer["hir_embedding"], answer["model_version"]):
                 old_v, new_v = setup["old"][(t, k)], setup["new"][(t, k)]
-                is_new = v is not None and np.array_equal(np.asarray(v, np.float32), np.asarray(new_v, np.float32))
-                is_old = v is not None and np.array_equal(np.asarray(v, np.float32), np.asarray(old_v, np.float32))
+                # a whole answer is old (vector and version v0) or new (v1), never a mix of the two
+                is_new = v is not None and version == "v1" and np.array_equal(np.asarray(v, np.float32), np.asarray(new_v, np.float32))
+                is_old = v is not None and version == "v0" and np.array_equal(np.asarray(v, np.float32), np.asarray(old_v, np.float32))
                 mixed += not (is_new or is_old)
                 new += is_new
             with lock:

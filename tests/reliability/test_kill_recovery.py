@@ -1,0 +1,62 @@
+"""SIGKILL `hir run` during ingest, snapshot and training, run it again: the outputs equal those of
+an uninterrupted run. Runs whose process died free their pool slots (else every later run hangs)."""
+
+import random
+import subprocess
+
+import dagster as dg
+import pytest
+from dagster._core.events import DagsterEvent, DagsterEventType, EngineEventData
+from dagster._core.storage.dagster_run import DagsterRun, make_new_run_id
+
+from hir.bench.faults import compare, kill_sequence, outputs, run_to_end
+from hir.instance import prepare
+from hir.runner import release_dead_runs
+
+RUN_TIMEOUT = 1200  # seconds one small `hir run` may take on a loaded 2-core machine
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The outputs of one uninterrupted small run, shared by the tests of this module."""
+    home = tmp_path_factory.mktemp("reference")
+    done = run_to_end(home, RUN_TIMEOUT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return outputs(home)
+
+
+@pytest.mark.slow
+def test_uninterrupted_run_is_consistent(reference):
+    assert reference["leftovers"] == [] and reference["broken_parquet"] == []
+    assert reference["checkpoint_loads"] and reference["embedding_duplicates"] == 0
+    assert reference["online"]["duplicate_rows"] == 0 and reference["online"]["missing_or_different"] == 0
+    assert reference["online"]["entities"] == reference["embedding_keys"][0] > 0
+
+
+@pytest.mark.slow
+def test_killed_runs_recover_to_the_reference_outputs(reference, tmp_path):
+    home = tmp_path / "killed"
+    seq = kill_sequence(home, ["ingest", "graph_snapshot", "hir_encoder"], random.Random(0), RUN_TIMEOUT)
+    assert seq["kills"] == 3
+    assert seq["returncode"] == 0, seq["last_line"]
+    assert compare(reference, outputs(home)) == []
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_run_whose_process_died_frees_its_pool_slot(settings):
+    prepare(settings)
+    with dg.DagsterInstance.get() as instance:
+        run = instance.add_run(DagsterRun(job_name="j", run_id=make_new_run_id(), status=dg.DagsterRunStatus.STARTED))
+        instance.report_dagster_event(DagsterEvent(DagsterEventType.ENGINE_EVENT.value, "j", message="step process",
+                                                   event_specific_data=EngineEventData(), pid=_dead_pid()), run.run_id)
+        instance.event_log_storage.set_concurrency_slots("duckdb_writer", 1)
+        assert instance.event_log_storage.claim_concurrency_slot("duckdb_writer", run.run_id, "ingest").is_claimed
+        assert release_dead_runs(instance) == [run.run_id]
+        assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE
+        assert instance.event_log_storage.get_concurrency_info("duckdb_writer").claimed_slots == []
+        assert release_dead_runs(instance) == []
