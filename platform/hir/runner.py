@@ -155,7 +155,12 @@ def release_dead_runs(instance: dg.DagsterInstance) -> list[str]:
 def run_pipeline(settings: Settings, partition: str | None = None, ingest_only: bool = False) -> int:
     from hir.definitions import build_definitions
     from hir.instance import prepare
+    from hir.partitions import daily_partitions
+    from hir.settings import SettingsError
 
+    if partition is not None and not daily_partitions(settings).has_partition_key(partition):
+        # before any work: Dagster would refuse it only after ingest, with a traceback
+        raise SettingsError(f"--partition {partition!r}: not a day (YYYY-MM-DD) from {settings.partition_start_date} on")
     prepare(settings)
     defs = build_definitions(settings, loggers={"progress_logger": progress_logger})
     with dg.DagsterInstance.get() as instance:
