@@ -80,3 +80,11 @@ def test_ui_binds_to_localhost_by_default(tmp_path, monkeypatch, capsys):
     assert cmd[:2] == ["dagster", "dev"] and cmd[cmd.index("-h") + 1] == "127.0.0.1"
     assert "http://127.0.0.1:" in capsys.readouterr().out
     assert Settings.from_env({}).ui_host == "127.0.0.1"
+
+
+@pytest.mark.parametrize("partition", ["../../etc", "2026-01-01/../../x", "1999-01-01"])
+def test_partition_that_is_not_a_day_is_refused_before_any_work(data_home, capsys, partition):
+    code = cli.main(["run", "--partition", partition, "--data-home", str(data_home)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--partition" in err[0]
+    assert not (data_home / "warehouse.duckdb").exists()

@@ -22,7 +22,6 @@ Three parts, each also used by ``tests/reliability``:
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
@@ -33,7 +32,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable
 
@@ -651,7 +650,8 @@ def online_load(data_home: Path, clients: int = 8, seconds: float = 10.0, seed: 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kills", type=int, default=3, help="kills of one data home (steps taken in turn), then a run to the end")
+    parser.add_argument("--steps", default=",".join(KILL_STEPS),
+                        help="steps to kill in, one kill each, in this order (comma-separated; empty: no kills)")
     parser.add_argument("--fuzz-cases", type=int, default=200, help="hostile input cases over all adapters")
     parser.add_argument("--clients", type=int, default=8, help="concurrent online readers")
     parser.add_argument("--seconds", type=float, default=10.0, help="duration of the online read load")
@@ -669,15 +669,14 @@ def kill_sequence(home: Path, steps: list[str], rng: random.Random, timeout: flo
     return {"kills": killed, "returncode": final.returncode, "last_line": last}
 
 
-def kills(rounds: int, seed: int, workdir: Path, timeout: float) -> dict[str, Any]:
-    """An uninterrupted reference run, then one data home killed ``rounds`` times at steps taken in
-    turn from :data:`KILL_STEPS` (random delays from ``seed``) and run to the end."""
+def kills(steps: list[str], seed: int, workdir: Path, timeout: float) -> dict[str, Any]:
+    """An uninterrupted reference run, then one data home killed once in each of ``steps`` (random
+    delays from ``seed``) and run to the end; its outputs are compared with the reference's."""
     ref_home = workdir / "reference"
     ref = run_to_end(ref_home, timeout)
     if ref.returncode != 0:
         raise RuntimeError(f"reference run failed: {ref.stderr[-500:]}")
     reference = outputs(ref_home)
-    steps = [KILL_STEPS[r % len(KILL_STEPS)] for r in range(rounds)]
     seq = kill_sequence(workdir / "killed", steps, random.Random(seed), timeout)
     stats = {"kills": seq["kills"], "recovered": 0, "outputs_equal": 0, "embeddings_bit_equal": 0, "differences": []}
     if seq["returncode"] != 0:
@@ -691,10 +690,16 @@ def kills(rounds: int, seed: int, workdir: Path, timeout: float) -> dict[str, An
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from hir.settings import SettingsError
+
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="hir-faults-") as tmp:
         work = Path(tmp)
-        killed = kills(args.kills, args.seed, work / "kills", args.run_timeout) if args.kills else {
+        steps = [step.strip() for step in args.steps.split(",") if step.strip()]
+        unknown = sorted(set(steps) - set(KILL_STEPS))
+        if unknown:
+            raise SettingsError(f"--steps: unknown steps {', '.join(unknown)}; choose from {', '.join(KILL_STEPS)}")
+        killed = kills(steps, args.seed, work / "kills", args.run_timeout) if steps else {
             "kills": 0, "recovered": 0, "outputs_equal": 0, "embeddings_bit_equal": 0, "differences": []}
         (work / "fuzz").mkdir()
         fuzzed = fuzz(args.fuzz_cases, args.seed, work / "fuzz")
