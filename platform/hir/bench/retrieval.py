@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--items", type=int, default=100_000, help="indexed items")
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--queries", type=int, default=300, help="queries timed (p50 reported)")
-    parser.add_argument("--codes", default="16,128,512", help="codewords per level of the quantizer")
+    parser.add_argument("--codes", default="16,192,2048", help="codewords per level of the quantizer")
     parser.add_argument("--train", type=int, default=20_000, help="items sampled to train the quantizer")
     parser.add_argument("--candidates", type=int, default=2000, help="overlap candidates re-ranked by embedding score")
     parser.add_argument("--budget", type=int, default=3000, help="postings gathered per query (0 = all)")
