@@ -1,4 +1,4 @@
-"""SIGKILL `hir run` during ingest, snapshot and training, run it again: the outputs equal those of
+"""SIGKILL `hir run` during the snapshot and during training, run it again: the outputs equal those of
 an uninterrupted run. Runs whose process died free their pool slots (else every later run hangs)."""
 
 import random
@@ -36,8 +36,9 @@ def test_uninterrupted_run_is_consistent(reference):
 @pytest.mark.slow
 def test_killed_runs_recover_to_the_reference_outputs(reference, tmp_path):
     home = tmp_path / "killed"
-    seq = kill_sequence(home, ["ingest", "graph_snapshot", "hir_encoder"], random.Random(0), RUN_TIMEOUT)
-    assert seq["kills"] == 3
+    # Two kills keep the CI budget; `hir bench faults` kills in every step (ingest .. feast_online).
+    seq = kill_sequence(home, ["graph_snapshot", "hir_encoder"], random.Random(0), RUN_TIMEOUT)
+    assert seq["kills"] == 2
     assert seq["returncode"] == 0, seq["last_line"]
     assert compare(reference, outputs(home)) == []
 

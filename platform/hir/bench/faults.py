@@ -678,14 +678,14 @@ def kills(steps: list[str], seed: int, workdir: Path, timeout: float) -> dict[st
         raise RuntimeError(f"reference run failed: {ref.stderr[-500:]}")
     reference = outputs(ref_home)
     seq = kill_sequence(workdir / "killed", steps, random.Random(seed), timeout)
-    stats = {"kills": seq["kills"], "recovered": 0, "outputs_equal": 0, "embeddings_bit_equal": 0, "differences": []}
+    stats = {"kills": seq["kills"], "recovered": 0, "outputs_equal": False, "embeddings_bit_equal": False, "differences": []}
     if seq["returncode"] != 0:
         stats["differences"].append(f"final run failed: {seq['last_line']}")
         return stats
     got = outputs(workdir / "killed")
     problems = compare(reference, got)
-    stats.update(recovered=seq["kills"], outputs_equal=int(not problems),
-                 embeddings_bit_equal=int(got["embeddings_exact"] == reference["embeddings_exact"]), differences=problems)
+    stats.update(recovered=seq["kills"], outputs_equal=not problems,
+                 embeddings_bit_equal=got["embeddings_exact"] == reference["embeddings_exact"], differences=problems)
     return stats
 
 
@@ -700,7 +700,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if unknown:
             raise SettingsError(f"--steps: unknown steps {', '.join(unknown)}; choose from {', '.join(KILL_STEPS)}")
         killed = kills(steps, args.seed, work / "kills", args.run_timeout) if steps else {
-            "kills": 0, "recovered": 0, "outputs_equal": 0, "embeddings_bit_equal": 0, "differences": []}
+            "kills": 0, "recovered": 0, "outputs_equal": None, "embeddings_bit_equal": None, "differences": []}
         (work / "fuzz").mkdir()
         fuzzed = fuzz(args.fuzz_cases, args.seed, work / "fuzz")
         (work / "load").mkdir()
