@@ -23,7 +23,7 @@ import scipy.sparse as sp
 import torch
 from torch import nn
 
-from hir.models.metrics import evaluate_queries, pad_targets
+from hir.models.metrics import evaluate_queries
 
 
 @dataclass
@@ -368,6 +368,7 @@ class LightGCNScorer(Scorer):
         self.config = config or self.default_config()
         self.embeddings = torch.zeros(0)
         self.n_users = 0
+        self.epochs_run = 0
 
     @staticmethod
     def default_config() -> TrainConfig:
@@ -397,6 +398,7 @@ class LightGCNScorer(Scorer):
                 optimiser.step()
             with torch.no_grad():
                 self.embeddings = model.get_embedding(edge_index)
+            self.epochs_run += 1
             if not stopper.step(model):
                 break
         stopper.restore(model)

@@ -264,7 +264,7 @@ def run_scorers(split: Split, factories: dict[str, Callable[[], Scorer]], ks: It
                 progress: Callable[[str], None] = lambda _: None) -> dict[str, dict]:
     """Fit each scorer on ``split.train`` (watching ``split.validation``) and evaluate it on the
     test queries and every slice. Returns ``{name: {metric: value, ..., "fit_seconds": s,
-    "<slice>": {metric: value}}}``."""
+    "epochs": n (neural baselines), "<slice>": {metric: value}}}``."""
     ks = tuple(ks)
     results = {}
     for name, make in factories.items():
@@ -278,6 +278,8 @@ def run_scorers(split: Split, factories: dict[str, Callable[[], Scorer]], ks: It
                 sub = evaluate(scorer, queries, ks)
                 row[slice_name] = {k: round(v, 6) if isinstance(v, float) else v for k, v in sub.items()}
         row["fit_seconds"] = round(fitted, 1)
+        if hasattr(scorer, "epochs_run"):
+            row["epochs"] = scorer.epochs_run
         results[name] = row
         progress(f"{name}: " + ", ".join(f"{k}={v}" for k, v in row.items() if not isinstance(v, dict)))
     return results

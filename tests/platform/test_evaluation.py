@@ -167,6 +167,7 @@ def test_hir_eval_amazon_seq_end_to_end(tmp_path, data_home, capsys):
         assert set(figures) >= {"recall@5", "ndcg@5", "recall@10", "ndcg@10"} and figures["queries"] == 80
     assert report["baselines"]["cooccurrence"]["recall@10"] > 0.5  # the planted chains
     assert report["settings"]["sasrec"]["loss"] == "full cross-entropy"
+    assert 1 <= report["baselines"]["sasrec"]["epochs"] <= 3 and 1 <= report["baselines"]["lightgcn"]["epochs"] <= 3
 
 
 def test_hir_eval_refuses_missing_path_and_unknown_baseline(data_home, capsys):
