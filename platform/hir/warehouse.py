@@ -6,6 +6,7 @@ Every value reaches SQL as a parameter or a registered frame, never spliced into
 from __future__ import annotations
 
 import contextlib
+import errno
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -14,6 +15,7 @@ import duckdb
 import pandas as pd
 
 from hir.sources.base import SourceBatch
+from hir.storage import StorageError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entities (
@@ -53,7 +55,10 @@ def connect(path: str | Path, read_only: bool = False, threads: int | None = Non
     path = Path(path)
     if not read_only:
         path.parent.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(str(path), read_only=read_only)
+    try:
+        con = duckdb.connect(str(path), read_only=read_only)
+    except duckdb.IOException as exc:
+        raise _storage_error(path, exc) from None
     try:
         con.execute("SET TimeZone = 'UTC'")
         if threads:
@@ -61,8 +66,15 @@ def connect(path: str | Path, read_only: bool = False, threads: int | None = Non
         if not read_only:
             con.execute(SCHEMA)
         yield con
+    except duckdb.IOException as exc:  # disk full, read-only file system, …: the transaction rolled back
+        raise _storage_error(path, exc) from None
     finally:
         con.close()
+
+
+def _storage_error(path: Path, exc: Exception) -> StorageError:
+    """DuckDB's I/O failure as the platform's one-line :class:`~hir.storage.StorageError`."""
+    return StorageError(errno.EIO, f"warehouse {path}: {' '.join(str(exc).split())[:300]}")
 
 
 @dataclass(frozen=True)
