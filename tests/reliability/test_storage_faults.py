@@ -67,3 +67,20 @@ def test_read_only_data_home_is_one_line(data_home, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1
     assert pq.read_table(earlier).column("x").to_pylist() == [1]
+
+
+def test_warehouse_io_failure_during_ingest_is_one_line(data_home, monkeypatch, capsys):
+    import duckdb
+
+    from hir import warehouse
+
+    def full_disk(*args, **kwargs):
+        raise duckdb.IOException("IO Error: Could not write file: No space left on device")
+
+    monkeypatch.setenv("HIR_SYNTHETIC_EVENTS", "2000")
+    monkeypatch.setattr(warehouse.duckdb, "connect", full_disk)
+    code = cli.main(["run", "--ingest-only", "--data-home", str(data_home)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err[-1].startswith("hir run: ") and "No space left on device" in err[-1] and "warehouse" in err[-1]
+    assert not any(line.startswith("Traceback") for line in err)
