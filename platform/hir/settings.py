@@ -128,6 +128,12 @@ class Settings:
     bom_tokens_per_level: int = 8  # tokens kept per level in a bag (largest weights)
     bom_rerank: int = 200  # candidates re-ranked by embedding score in `hir retrieve` (0 = off)
 
+    # Evaluation (assets/evaluation.py): baselines fitted by the `baselines` asset (comma-separated
+    # subset of popularity, cooccurrence, als, lightgcn, sasrec, text_world_knowledge; the neural
+    # ones are slow on CPU) and the bound on their epochs (0 = their configs' own).
+    eval_baselines: str = "popularity,cooccurrence,als,text_world_knowledge"
+    eval_max_epochs: int = 0
+
     # Torch runtime: "auto" picks cuda when present.
     device: str = "auto"
 

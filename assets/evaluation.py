@@ -1,0 +1,388 @@
+"""Evaluation stage (DESIGN §10): baselines, retrieval, rankers, token quality and the report.
+
+Partition ``D`` (cut-off ``T``): every scorer trains on events before ``T`` and is tested on the
+target events of the test window (``eval_windows``), full ranking over every item of the target
+type (:func:`hir.eval_data.partition_split`).
+
+* ``baselines`` — the cheap baselines of ``HIR_EVAL_BASELINES`` (popularity, co-occurrence, ALS,
+  text-only world knowledge; LightGCN and SASRec when listed there).
+* ``retrieval_eval`` — hir's scorers (embedding dot product, Bag-of-Meaning overlap) beside the
+  baselines: Recall@K, NDCG@K, MRR, and the cold-start slice.
+* ``ranker_eval`` — click and conversion rankers with base features only and with hir features
+  read point-in-time from Feast (:mod:`hir.ranker`).
+* ``token_quality`` — NMI with the planted interests (synthetic), category purity (relations),
+  collapse (share of entities on the most used token).
+* ``evaluation_report`` — one Markdown report with the tables and plots, in the asset's metadata
+  and at ``<data home>/reports/evaluation_<D>.md``.
+"""
+
+import json
+
+import dagster as dg
+
+from hir.feast_store import FeastStore
+from hir.partitions import cutoff_of, daily_partitions
+from hir.resources import ArtifactStore, Warehouse
+from hir.settings import Settings
+from hir.sources.base import SourceError
+
+PARTITIONS = daily_partitions()
+GROUP = "evaluation"
+OWNERS = ["team:hir"]
+KS = (1, 5, 10, 20, 50, 100)
+WAREHOUSE_POOL = "duckdb_writer"  # readers take the writers' pool: DuckDB never meets a writer elsewhere
+
+
+def _split(warehouse: Warehouse, partition: str, settings: Settings):
+    from hir.eval_data import partition_split
+
+    with warehouse.connect(read_only=True) as con:
+        return partition_split(con, cutoff_of(partition), settings)
+
+
+def _read_json(artifacts: ArtifactStore, asset: str, partition: str, name: str = "results.json") -> dict:
+    path = artifacts.path(asset, partition) / name
+    if not path.exists():
+        raise SourceError(f"{asset} {partition} is missing at {path}; materialise it first")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _write_json(artifacts: ArtifactStore, asset: str, partition: str, payload: dict, name: str = "results.json") -> None:
+    from hir.storage import write_json
+
+    with artifacts.write_partition(asset, partition) as out:
+        write_json(out / name, payload)
+
+
+def _metric_table(results: dict, columns=("recall@10", "recall@50", "ndcg@10", "mrr")) -> str:
+    """Markdown table: one row per scorer, the given metric columns (``-`` where absent)."""
+    head = "| scorer | " + " | ".join(columns) + " |\n|---|" + "---|" * len(columns) + "\n"
+    rows = ""
+    for name, row in results.items():
+        cells = [f"{row[c]:.4f}" if isinstance(row.get(c), (int, float)) else "-" for c in columns]
+        rows += f"| {name} | " + " | ".join(cells) + " |\n"
+    return head + rows
+
+
+def _cold_table(results: dict) -> str:
+    cold = {n: r["cold_start"] for n, r in results.items() if isinstance(r.get("cold_start"), dict)}
+    return _metric_table(cold) if cold else "no cold-start targets in the test window"
+
+
+def _world_knowledge_factory(artifacts: ArtifactStore, warehouse: Warehouse, split):
+    """text-only world knowledge: items' world_knowledge vectors, users = mean of their history."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from hir.models.baselines import TextScorer
+
+    path = artifacts.path("world_knowledge") / "world_knowledge.parquet"
+    if not path.exists():
+        return None
+    table = pq.read_table(path, columns=["entity_id", "vector"])
+    if not table.num_rows:
+        return None
+    with warehouse.connect(read_only=True) as con:
+        keys = dict(con.execute("SELECT entity_id, source_key FROM entities WHERE entity_type = ?",
+                                [split.info["item_type"]]).fetchall())
+    ids = table.column("entity_id").to_numpy()
+    vectors = np.stack(table.column("vector").to_numpy(zero_copy_only=False)).astype(np.float32)
+    slot = {str(keys[int(e)]): n for n, e in enumerate(ids) if int(e) in keys}
+    items = np.zeros((len(split.item_keys), vectors.shape[1]), np.float32)
+    for n, key in enumerate(split.item_keys):
+        if str(key) in slot:
+            items[n] = vectors[slot[str(key)]]
+    if not items.any():
+        return None
+    return lambda: TextScorer(items)
+
+
+@dg.asset(
+    partitions_def=PARTITIONS,
+    deps=["graph_snapshot", "eval_windows", "world_knowledge", "events", "entities"],
+    pool=WAREHOUSE_POOL,
+    group_name=GROUP,
+    kinds={"scikitlearn", "pytorch", "json"},
+    owners=OWNERS,
+    description=(
+        "Baseline retrievers fitted on the events before the cut-off and scored on the test window "
+        "(full ranking): time-decayed popularity, recency-weighted item co-occurrence, ALS, text-only "
+        "world knowledge; LightGCN and SASRec when HIR_EVAL_BASELINES lists them."
+    ),
+)
+def baselines(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse) -> dg.MaterializeResult:
+    from hir.evaluation import baseline_factories, run_scorers
+
+    settings = Settings.from_env()
+    partition = context.partition_key
+    split = _split(warehouse, partition, settings)
+    names = [n.strip() for n in settings.eval_baselines.split(",") if n.strip()]
+    max_epochs = settings.eval_max_epochs or None
+    factories, skipped = baseline_factories(split, settings, settings.seed, [n for n in names if n != "text_world_knowledge"], max_epochs)
+    if "text_world_knowledge" in names:
+        text = _world_knowledge_factory(artifacts, warehouse, split)
+        if text is None:
+            skipped["text_world_knowledge"] = "no world knowledge vectors for the items"
+        else:
+            factories["text_world_knowledge"] = text
+    results = run_scorers(split, factories, KS, context.log.info) if len(split.test.users) else {}
+    payload = {"results": results, "skipped": skipped, "protocol": split.info, "seed": settings.seed,
+               "baselines": names, "max_epochs": max_epochs}
+    _write_json(artifacts, "baselines", partition, payload)
+    return dg.MaterializeResult(metadata={
+        "dagster/row_count": dg.MetadataValue.int(len(results)),
+        "test_queries": dg.MetadataValue.int(len(split.test.users)),
+        "protocol": dg.MetadataValue.json(split.info),
+        "skipped": dg.MetadataValue.json(skipped),
+        "metrics": dg.MetadataValue.md(_metric_table(results)),
+        "path": dg.MetadataValue.path(str(artifacts.path("baselines", partition) / "results.json")),
+    })
+
+
+@dg.asset(
+    partitions_def=PARTITIONS,
+    deps=["baselines", "entity_embeddings", "bom_index", "eval_windows"],
+    pool=WAREHOUSE_POOL,
+    group_name=GROUP,
+    kinds={"pytorch", "json"},
+    owners=OWNERS,
+    description=(
+        "Future-interaction retrieval on the test window, full ranking: hir (entity embedding dot "
+        "product; Bag-of-Meaning token overlap) beside every baseline of the same split. "
+        "Recall@K, NDCG@K, MRR, and the cold-start slice (targets unseen before the cut-off)."
+    ),
+)
+def retrieval_eval(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse) -> dg.MaterializeResult:
+    from hir.eval_data import hir_factories
+    from hir.evaluation import run_scorers
+
+    settings = Settings.from_env()
+    partition = context.partition_key
+    base = _read_json(artifacts, "baselines", partition)
+    split = _split(warehouse, partition, settings)
+    factories = hir_factories(split, artifacts.path("entity_embeddings", partition) / "embeddings.parquet",
+                              artifacts.path("bom_tokens", partition) / "tokens.parquet")
+    if "hir" not in factories:
+        raise SourceError(f"entity_embeddings {partition} is missing; materialise it first")
+    hir = run_scorers(split, factories, KS, context.log.info) if len(split.test.users) else {}
+    results = {**hir, **base["results"]}
+    payload = {"results": results, "hir_scorers": sorted(hir), "protocol": split.info, "seed": settings.seed,
+               "not_evaluated": {"hir_engagement_head": "the engagement head scores edges in the encoder; "
+                                                       "it is not exported with the embeddings"}}
+    _write_json(artifacts, "retrieval_eval", partition, payload)
+    best = max(base["results"], key=lambda n: base["results"][n]["ndcg@10"]) if base["results"] else None
+    metadata = {
+        "dagster/row_count": dg.MetadataValue.int(len(results)),
+        "metrics": dg.MetadataValue.md(_metric_table(results)),
+        "cold_start": dg.MetadataValue.md(_cold_table(results)),
+        "recall_curves": _recall_plot(results),
+        "best_baseline": dg.MetadataValue.text(best or "none"),
+    }
+    if hir:
+        metadata["hir_recall@10"] = dg.MetadataValue.float(float(hir["hir"]["recall@10"]))
+        metadata["hir_ndcg@10"] = dg.MetadataValue.float(float(hir["hir"]["ndcg@10"]))
+    return dg.MaterializeResult(metadata=metadata)
+
+
+def _recall_figure(results: dict):
+    from hir.plots import figure
+
+    fig, ax = figure(5.5, 3.4)
+    for name, row in results.items():
+        ks = [k for k in KS if f"recall@{k}" in row]
+        ax.plot(ks, [row[f"recall@{k}"] for k in ks], marker="o", markersize=3, label=name)
+    ax.set(xscale="log", xlabel="K", ylabel="Recall@K", title="recall curves (test window)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def _recall_plot(results: dict) -> dg.MetadataValue:
+    from hir.plots import png_markdown
+
+    return png_markdown(_recall_figure(results), "recall curves")
+
+
+@dg.asset(
+    partitions_def=PARTITIONS,
+    deps=["feast_registry", "feature_tables", "eval_windows", "graph_snapshot"],
+    pool=WAREHOUSE_POOL,
+    group_name=GROUP,
+    kinds={"scikitlearn", "feast", "json"},
+    owners=OWNERS,
+    description=(
+        "Click and conversion rankers (HistGradientBoosting) trained on the validation window's "
+        "exposures and tested on the test window, with base features only (counts, rates, recency "
+        "before the cut-off) and with hir features read point-in-time from Feast: AUC, log-loss, "
+        "normalised entropy and the lift."
+    ),
+)
+def ranker_eval(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse,
+                feast: FeastStore) -> dg.MaterializeResult:
+    from hir.feast_store import table_types
+    from hir.ranker import evaluate_rankers, feast_lookup, ranker_events
+    from hir.snapshot import window_bounds
+
+    settings = Settings.from_env()
+    partition = context.partition_key
+    bounds = window_bounds(cutoff_of(partition), settings)
+    with warehouse.connect(read_only=True) as con:
+        events = ranker_events(con, bounds["test_end"])
+    types = [t for t in table_types(feast.artifacts_dir, partition) if t != "user"]
+    seconds = {k: v.timestamp() for k, v in bounds.items()}
+    results = evaluate_rankers(events, seconds, feast_lookup(feast, types), settings.seed)
+    payload = {"results": results, "windows": {k: v.isoformat() for k, v in bounds.items()}, "seed": settings.seed,
+               "features": "hir: Feast point-in-time (FeastStore.training_set)"}
+    _write_json(artifacts, "ranker_eval", partition, payload)
+    for name, row in results.items():
+        context.log.info(f"{name}: {json.dumps(row)}")
+    return dg.MaterializeResult(metadata={
+        "dagster/row_count": dg.MetadataValue.int(sum(r.get("test_examples", 0) for r in results.values())),
+        "rankers": dg.MetadataValue.md(_ranker_table(results)),
+        "path": dg.MetadataValue.path(str(artifacts.path("ranker_eval", partition) / "results.json")),
+    })
+
+
+def _ranker_table(results: dict) -> str:
+    lines = ["| task | features | AUC | log-loss | NE | train / test examples (positives) |", "|---|---|---|---|---|---|"]
+    for name, row in results.items():
+        if row.get("status") != "ok":
+            lines.append(f"| {name} | - | not applicable: {row.get('reason', '')} | | | |")
+            continue
+        counts = f"{row['train_examples']} ({row['train_positives']}) / {row['test_examples']} ({row['test_positives']})"
+        for label, key in (("base", "base"), ("base + hir", "with_hir")):
+            m = row[key]
+            lines.append(f"| {name} | {label} | {m['auc']:.4f} | {m['logloss']:.4f} | {m['ne']:.4f} | {counts} |")
+        lines.append(f"| {name} | lift | {row['lift']['auc']:+.2%} | | {row['lift']['ne']:+.2%} (NE gain) | |")
+    return "\n".join(lines)
+
+
+@dg.asset(
+    partitions_def=PARTITIONS,
+    deps=["entity_embeddings", "bom_quantizer", "relations", "entities"],
+    pool=WAREHOUSE_POOL,
+    group_name=GROUP,
+    kinds={"scikitlearn", "json"},
+    owners=OWNERS,
+    description=(
+        "Token quality: NMI of coarse/fine prototypes and BoM codes with the planted interests "
+        "(synthetic), purity against categories/genres from relations (real data), and collapse "
+        "(share of entities on the most used token)."
+    ),
+)
+def token_quality(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse) -> dg.MaterializeResult:
+    from hir.token_quality import token_quality_figures
+
+    partition = context.partition_key
+    payload = token_quality_figures(warehouse, artifacts.path("entity_embeddings", partition) / "embeddings.parquet",
+                                    artifacts.path("bom_quantizer", partition) / "codes.parquet")
+    _write_json(artifacts, "token_quality", partition, payload)
+    return dg.MaterializeResult(metadata={
+        "dagster/row_count": dg.MetadataValue.int(payload["entities"]),
+        "token_quality": dg.MetadataValue.md(_quality_table(payload)),
+        "cluster_sizes": _sizes_plot(payload),
+    })
+
+
+def _quality_table(payload: dict) -> str:
+    lines = ["| grouping | collapse (top share) | used | NMI planted coarse | NMI planted fine | category purity |",
+             "|---|---|---|---|---|---|"]
+
+    def cell(value):
+        return f"{value:.4f}" if isinstance(value, (int, float)) else "-"
+
+    for name, row in payload["groupings"].items():
+        lines.append(f"| {name} | {cell(row['top_share'])} | {row['used']} | {cell(row.get('nmi_coarse'))} | "
+                     f"{cell(row.get('nmi_fine'))} | {cell(row.get('purity'))} |")
+    return "\n".join(lines)
+
+
+def _sizes_figure(payload: dict):
+    import numpy as np
+
+    from hir.plots import figure
+
+    groupings = list(payload["groupings"].items())
+    fig, axes = figure(3.2 * max(len(groupings), 1), 3.0, ncols=max(len(groupings), 1))
+    for ax, (name, row) in zip(np.atleast_1d(axes), groupings):
+        ax.bar(np.arange(len(row["sizes"])), row["sizes"])
+        ax.set(title=name, xlabel="cluster (largest first)", ylabel="entities", yscale="log")
+    fig.tight_layout()
+    return fig
+
+
+def _sizes_plot(payload: dict) -> dg.MetadataValue:
+    from hir.plots import png_markdown
+
+    return png_markdown(_sizes_figure(payload), "cluster sizes")
+
+
+@dg.asset(
+    partitions_def=PARTITIONS,
+    deps=["baselines", "retrieval_eval", "ranker_eval", "token_quality", "entity_embeddings"],
+    group_name=GROUP,
+    kinds={"markdown"},
+    owners=OWNERS,
+    description=(
+        "One Markdown report of the partition's evaluation: retrieval (all scorers, cold start), "
+        "rankers, token quality, settings and seed, with recall curves, cluster sizes and a 2-D map "
+        "of the embedding space; written to <data home>/reports/evaluation_<D>.md."
+    ),
+)
+def evaluation_report(context: dg.AssetExecutionContext, artifacts: ArtifactStore) -> dg.MaterializeResult:
+    from hir.eval_report import build_report
+    from hir.storage import write_bytes
+
+    settings = Settings.from_env()
+    partition = context.partition_key
+    retrieval = _read_json(artifacts, "retrieval_eval", partition)
+    rankers = _read_json(artifacts, "ranker_eval", partition)
+    quality = _read_json(artifacts, "token_quality", partition)
+    baseline_run = _read_json(artifacts, "baselines", partition)
+    figures = {"recall curves": _recall_figure(retrieval["results"]), "cluster sizes": _sizes_figure(quality),
+               "embedding map": _map_figure(artifacts.path("entity_embeddings", partition) / "embeddings.parquet")}
+    sections = {
+        "Retrieval (test window, full ranking)": _metric_table(retrieval["results"]),
+        "Cold start (targets unseen before the cut-off)": _cold_table(retrieval["results"]),
+        "Rankers (validation window → test window)": _ranker_table(rankers["results"]),
+        "Token quality": _quality_table(quality),
+    }
+    run = {"partition": partition, "cutoff": cutoff_of(partition).isoformat(), "seed": settings.seed,
+           "protocol": retrieval["protocol"], "baselines": baseline_run["baselines"], "skipped": baseline_run["skipped"],
+           "settings": _run_settings(settings)}
+    text = build_report(f"hir evaluation — {settings.source}, partition {partition}", sections, figures, run)
+    path = settings.data_home / "reports" / f"evaluation_{partition}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes(path, text.encode("utf-8"))
+    return dg.MaterializeResult(metadata={
+        "report": dg.MetadataValue.md(text),
+        "path": dg.MetadataValue.path(str(path)),
+        "dagster/row_count": dg.MetadataValue.int(len(retrieval["results"])),
+    })
+
+
+def _run_settings(settings: Settings) -> dict:
+    names = ("source", "threads", "val_days", "test_days", "train_steps", "train_batch", "train_dim", "train_layers",
+             "train_coarse", "train_fine", "bom_codes", "synthetic_events", "eval_baselines", "eval_max_epochs")
+    return {n: getattr(settings, n) for n in names}
+
+
+def _map_figure(path):
+    """2-D PCA map of (at most 5,000) embeddings coloured by coarse prototype."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from hir.plots import figure
+
+    table = pq.read_table(path, columns=["embedding", "coarse_prototype"])
+    vectors = np.stack(table.column("embedding").to_numpy(zero_copy_only=False)).astype(np.float32)
+    coarse = table.column("coarse_prototype").to_numpy()
+    pick = np.random.default_rng(0).choice(len(vectors), size=min(5000, len(vectors)), replace=False)
+    x = vectors[pick] - vectors[pick].mean(0)
+    _, _, vt = np.linalg.svd(x, full_matrices=False)
+    xy = x @ vt[:2].T
+    fig, ax = figure(5, 4)
+    ax.scatter(xy[:, 0], xy[:, 1], c=coarse[pick], s=3, cmap="tab20")
+    ax.set(title="embedding map (PCA), colour = coarse interest", xlabel="PC 1", ylabel="PC 2")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,112 @@
+"""Evaluation inputs read from a data home: the split of a partition and hir's own scorers.
+
+* :func:`read_events` — warehouse events with their endpoints' types and source keys.
+* :func:`partition_split` — the temporal split of partition ``D`` (cut-off ``T``): scorers train on
+  events before ``T`` and are tested on the target events of the test window
+  ``[T + val_days, T + val_days + test_days)`` (the validation window is left out, as in
+  ``eval_windows``).
+* :func:`hir_factories` — hir's scorers on a split: ``hir`` (dot product of the user's and item's
+  entity embeddings at ``T``) and ``hir_bom`` (Bag-of-Meaning overlap ``Σ_t q_t(u) w_t(i)`` of the
+  partition's token bags, the score the BoM index computes).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from hir.evaluation import TEMPORAL_TARGETS, Split, TemporalTarget, embedding_scorer, temporal_split
+from hir.settings import Settings
+from hir.snapshot import window_bounds
+
+DEFAULT_TARGET = TemporalTarget(frozenset({"purchase", "buy", "conversion"}))
+# amazon_seq: every interaction is a purchase; the user's earlier items are masked (leave-last-out).
+TARGETS = {**TEMPORAL_TARGETS, "amazon_seq": TemporalTarget(frozenset({"purchase"}), mask_seen=True)}
+
+_EVENTS = """
+SELECT s.entity_type AS src_type, s.source_key AS src_key, d.entity_type AS dst_type,
+       d.source_key AS dst_key, e.event_type, e.ts, e.value
+FROM events e JOIN entities s ON s.entity_id = e.src JOIN entities d ON d.entity_id = e.dst
+WHERE e.ts < ?
+"""
+
+
+def read_events(con, end: datetime) -> pd.DataFrame:
+    """Events before ``end``: ``src_type, src_key, dst_type, dst_key, event_type, ts, value``."""
+    return con.execute(_EVENTS, [end]).fetch_df()
+
+
+def partition_split(con, cutoff: datetime, settings: Settings) -> Split:
+    """The temporal split at ``cutoff`` tested on the test window (see the module docstring).
+
+    Args:
+        con: a read-only warehouse connection; cutoff: ``T``; settings: source kind, windows.
+    """
+    bounds = window_bounds(cutoff, settings)
+    events = read_events(con, bounds["test_end"])
+    stamps = pd.to_datetime(events["ts"], utc=True)
+    keep = (stamps < pd.Timestamp(cutoff)) | (stamps >= pd.Timestamp(bounds["test_start"]))
+    entities = con.execute("SELECT entity_type, source_key FROM entities").fetch_df()
+    content = con.execute(
+        "SELECT n.entity_type, n.source_key, c.text FROM content c JOIN entities n USING (entity_id)"
+    ).fetch_df()
+    target = TARGETS.get(settings.source, DEFAULT_TARGET)
+    split = temporal_split(events[keep].reset_index(drop=True), entities, content, target,
+                           settings.test_days, cutoff=cutoff.timestamp())
+    split.info["test_window"] = [bounds["test_start"].isoformat(), bounds["test_end"].isoformat()]
+    return split
+
+
+def read_entity_vectors(path: Path, entity_type: str) -> tuple[np.ndarray, np.ndarray]:
+    """Source keys and ``[n, d]`` embeddings of ``entity_type`` in an ``embeddings.parquet``."""
+    table = pq.read_table(path, columns=["entity_type", "source_key", "embedding"]).to_pandas()
+    rows = table[table["entity_type"] == entity_type]
+    vectors = np.stack(rows["embedding"].to_numpy()) if len(rows) else np.zeros((0, 1), np.float32)
+    return rows["source_key"].astype(str).to_numpy(), vectors.astype(np.float32)
+
+
+def bag_vectors(tokens_path: Path, entity_type: str, vocabulary: dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Source keys and dense ``[n, |vocabulary|]`` token-weight rows of ``entity_type``'s bags."""
+    table = pq.read_table(tokens_path, columns=["entity_type", "source_key", "tokens", "weights"]).to_pandas()
+    rows = table[table["entity_type"] == entity_type]
+    out = np.zeros((len(rows), len(vocabulary)), dtype=np.float32)
+    for n, (tokens, weights) in enumerate(zip(rows["tokens"], rows["weights"])):
+        for t, w in zip(tokens, weights):
+            out[n, vocabulary[int(t)]] += float(w)
+    return rows["source_key"].astype(str).to_numpy(), out
+
+
+def hir_factories(split: Split, embeddings_path: Path, tokens_path: Path | None = None,
+                  user_keys: Callable[[np.ndarray], np.ndarray] = lambda k: k,
+                  item_keys: Callable[[np.ndarray], np.ndarray] = lambda k: k) -> dict[str, Callable]:
+    """Constructors of hir's scorers on ``split``.
+
+    Args:
+        split: the evaluation split; embeddings_path: the partition's ``embeddings.parquet``;
+        tokens_path: its ``tokens.parquet`` (``hir_bom`` is left out when absent);
+        user_keys, item_keys: map the split's keys to the entities' source keys (identity by default).
+    """
+    item_type = split.info.get("item_type", "product")
+    factories = {}
+    if Path(embeddings_path).exists():
+        u_keys, u_vec = read_entity_vectors(embeddings_path, "user")
+        i_keys, i_vec = read_entity_vectors(embeddings_path, item_type)
+        factories["hir"] = lambda: embedding_scorer(_mapped(split, user_keys, item_keys), u_keys, u_vec, i_keys, i_vec, "hir")
+    if tokens_path is not None and Path(tokens_path).exists():
+        all_tokens = pq.read_table(tokens_path, columns=["tokens"]).column("tokens").combine_chunks().flatten()
+        vocabulary = {int(t): n for n, t in enumerate(np.unique(all_tokens.to_numpy()))}
+        if vocabulary:
+            u_keys, u_bag = bag_vectors(tokens_path, "user", vocabulary)
+            i_keys, i_bag = bag_vectors(tokens_path, item_type, vocabulary)
+            factories["hir_bom"] = lambda: embedding_scorer(_mapped(split, user_keys, item_keys), u_keys, u_bag, i_keys, i_bag, "hir_bom")
+    return factories
+
+
+def _mapped(split: Split, user_keys, item_keys) -> Split:
+    """A shallow view of ``split`` whose keys are the entities' source keys."""
+    return Split(split.train, split.validation, split.test, item_keys(split.item_keys), user_keys(split.user_keys))
