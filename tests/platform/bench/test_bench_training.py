@@ -11,7 +11,6 @@ def _args(module, argv):
     return parser.parse_args(argv)
 
 
-@pytest.mark.slow
 def test_bench_train_reports_throughput_and_mfu():
     from hir.bench import train
 
@@ -24,7 +23,6 @@ def test_bench_train_reports_throughput_and_mfu():
     assert out["mfu"] == pytest.approx(out["achieved_gflops"] / out["matmul_peak_gflops"], rel=0.01)
 
 
-@pytest.mark.slow
 def test_bench_refresh_compares_scratch_and_warm_start():
     from hir.bench import refresh
 
