@@ -5,9 +5,18 @@ items, validate on the second to last, test on the last, full ranking over all i
 user's earlier items masked; Recall@5/10, NDCG@5/10), so results sit beside the S3-Rec/TIGER
 tables. ``synthetic``, ``taobao_userbehavior``, ``movielens``: the temporal protocol (train before
 the cut-off, test on the target events after it; Recall@10/50, NDCG@10, MRR, and a cold-start
-slice). The last line with ``--json`` is one JSON object: the data set, hir's figures (null with
-``"hir": "not trained"`` until hir's embeddings are plugged in as a scorer), every baseline's
-figures, and the run's protocol, settings and seed.
+slice). The last line with ``--json`` is one JSON object: the data set, hir's figures, every
+baseline's figures, and the run's protocol, settings and seed.
+
+hir's figures: the whole pipeline (``hir.runner.run_pipeline``: ingest, world knowledge, snapshot,
+training, embeddings, tokens, Feast, evaluation assets) runs on its own data home
+``<data home>/eval/<dataset>[_<folder>]`` for the newest complete partition, and the partition's
+entity embeddings score (user · item dot product, ``hir``; Bag-of-Meaning overlap, ``hir_bom``).
+Temporal data sets are then split at that partition's cut-off (tested on its test window), so hir
+and every baseline see the same split; ``amazon_seq`` keeps the published split, whose training
+part is exactly the snapshot before cut-off 2014-12-31 (the source dates each user's last item
+2015-01-01 and the one before 2014-12-31). The rankers' figures (``ranker_eval``) come along.
+``--no-hir`` skips the pipeline (``"hir": "not run"``); ``--reuse`` keeps a finished pipeline.
 """
 
 from __future__ import annotations
@@ -33,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"comma-separated subset of {', '.join(BASELINES)}")
     parser.add_argument("--max-epochs", type=int, default=None,
                         help="bound on SASRec and LightGCN epochs (default: their configs)")
+    parser.add_argument("--no-hir", action="store_true", help="baselines only: do not run the pipeline")
+    parser.add_argument("--reuse", action="store_true",
+                        help="reuse the evaluation data home's finished pipeline (its entity embeddings) if present")
 
 
 def _progress(message: str) -> None:
@@ -50,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
         raise SettingsError(f"--baselines: unknown {', '.join(unknown)}; choose from {', '.join(BASELINES)}")
     if args.dataset != "synthetic" and not args.path:
         raise SettingsError(f"hir eval {args.dataset} needs --path")
-    report = evaluate_dataset(args.dataset, args.path, settings, seed, chosen, args.max_epochs)
+    report = evaluate_dataset(args.dataset, args.path, settings, seed, chosen, args.max_epochs,
+                              with_hir=not args.no_hir, reuse=args.reuse)
     if args.json:
         print(json.dumps(report))
     else:
@@ -59,37 +72,122 @@ def run(args: argparse.Namespace) -> int:
 
 
 def evaluate_dataset(dataset: str, path: str | None, settings, seed: int, baselines: list[str],
-                     max_epochs: int | None = None) -> dict:
-    """Build the split of ``dataset``, fit and evaluate ``baselines`` on it, return the report."""
+                     max_epochs: int | None = None, with_hir: bool = True, reuse: bool = False) -> dict:
+    """Build the split of ``dataset``, fit and evaluate hir and ``baselines`` on it, return the report.
+
+    Args:
+        dataset: source kind; path: its file or folder; settings: platform settings (the data home
+            holds the evaluation data homes); seed: every stochastic baseline's seed;
+        baselines: names; max_epochs: bound on the neural baselines;
+        with_hir: run the pipeline and evaluate hir; reuse: keep a finished pipeline's artefacts.
+    """
     import torch
 
     from hir import evaluation
 
     torch.set_num_threads(max(1, settings.threads))
     started = time.perf_counter()
-    if dataset == "amazon_seq":
-        split = evaluation.amazon_split(Path(path))
-        name, ks = f"amazon_{split.info['dataset']}", (5, 10)
-    else:
-        from hir.sources import read_source
-
-        batch = read_source(dataset, path, settings)
-        split = evaluation.temporal_split(batch.events, batch.entities, batch.content,
-                                          evaluation.TEMPORAL_TARGETS[dataset], settings.test_days)
-        name, ks = dataset, (10, 50)
+    pipeline = _pipeline(dataset, path, settings, reuse) if with_hir else None
+    split, name, ks, key_maps = _split(dataset, path, settings, pipeline)
     _progress(f"{name}: {json.dumps(split.info)}")
     factories, skipped = evaluation.baseline_factories(split, settings, seed, baselines, max_epochs)
     results = evaluation.run_scorers(split, factories, ks, _progress)
     report = {"dataset": name}
+    hir = {}
+    if pipeline is not None:
+        from hir.eval_data import hir_factories
+
+        folder = pipeline["settings"].artifacts_dir
+        hir_scorers = hir_factories(split, folder / "entity_embeddings" / pipeline["partition"] / "embeddings.parquet",
+                                    folder / "bom_tokens" / pipeline["partition"] / "tokens.parquet", *key_maps)
+        hir = evaluation.run_scorers(split, hir_scorers, ks, _progress)
     for k in ks:
-        report[f"recall@{k}"] = None
-        report[f"ndcg@{k}"] = None
-    report["hir"] = "not trained"
+        report[f"recall@{k}"] = hir["hir"][f"recall@{k}"] if hir else None
+        report[f"ndcg@{k}"] = hir["hir"][f"ndcg@{k}"] if hir else None
+    report["hir"] = hir if hir else "not run"
     report["baselines"] = results
     report["best_baseline"] = max(results, key=lambda b: results[b][f"ndcg@{ks[-1]}"]) if results else None
     report["skipped"] = skipped
+    if pipeline is not None:
+        report["rankers"] = _rankers(pipeline)
+        report["pipeline"] = {"data_home": str(pipeline["settings"].data_home), "partition": pipeline["partition"],
+                              "train_steps": pipeline["settings"].train_steps, "train_dim": pipeline["settings"].train_dim,
+                              "train_batch": pipeline["settings"].train_batch, "bom_codes": pipeline["settings"].bom_codes,
+                              "report": str(pipeline["settings"].data_home / "reports" / f"evaluation_{pipeline['partition']}.md")}
     report["protocol"] = split.info
     report["seed"] = seed
     report["settings"] = evaluation.run_settings(settings, max_epochs)
     report["seconds"] = round(time.perf_counter() - started, 1)
     return report
+
+
+def _pipeline(dataset: str, path: str | None, settings, reuse: bool) -> dict:
+    """Run (or, with ``reuse``, find) the pipeline of ``dataset`` on its own data home.
+
+    Returns ``{"settings": the data home's settings, "partition": the evaluated day}``.
+    """
+    import dataclasses
+    import os
+
+    from hir.runner import newest_complete_partition, run_pipeline
+
+    name = dataset if path is None else f"{dataset}_{Path(path).resolve().name}"
+    home = settings.data_home / "eval" / name
+    home.mkdir(parents=True, exist_ok=True)
+    source_path = str(Path(path).resolve()) if path else ""
+    env = {"HIR_DATA_HOME": str(home), "HIR_SOURCE": dataset, "HIR_SOURCE_PATH": source_path,
+           "DAGSTER_HOME": str(home / "dagster")}
+    os.environ.update(env)  # the assets read their settings from the environment
+    pipeline_settings = dataclasses.replace(settings, data_home=home, source=dataset, source_path=source_path)
+    partition = newest_complete_partition(pipeline_settings) if pipeline_settings.warehouse_path.exists() else None
+    done = partition is not None and (pipeline_settings.artifacts_dir / "entity_embeddings" / partition / "embeddings.parquet").exists()
+    if not (reuse and done):
+        _progress(f"running the pipeline on {home}")
+        run_pipeline(pipeline_settings)
+        partition = newest_complete_partition(pipeline_settings)
+    return {"settings": pipeline_settings, "partition": partition}
+
+
+def _split(dataset: str, path: str | None, settings, pipeline: dict | None):
+    """The split, report name, cut-offs K and hir's key maps (split key → entity source key)."""
+    from hir import evaluation
+
+    if dataset == "amazon_seq":
+        split = evaluation.amazon_split(Path(path))
+        return split, f"amazon_{split.info['dataset']}", (5, 10), _amazon_key_maps(Path(path))
+    if pipeline is not None:
+        from hir.eval_data import partition_split
+        from hir.partitions import cutoff_of
+        from hir.warehouse import connect
+
+        with connect(pipeline["settings"].warehouse_path, read_only=True) as con:
+            split = partition_split(con, cutoff_of(pipeline["partition"]), pipeline["settings"])
+        return split, dataset, (10, 50), ()
+    from hir.sources import read_source
+
+    batch = read_source(dataset, path, settings)
+    split = evaluation.temporal_split(batch.events, batch.entities, batch.content,
+                                      evaluation.TEMPORAL_TARGETS[dataset], settings.test_days)
+    return split, dataset, (10, 50), ()
+
+
+def _amazon_key_maps(path: Path) -> tuple:
+    """Integer user/item ids of the sequence file → reviewer ids / ASINs (the entities' keys)."""
+    import numpy as np
+
+    folder = path if path.is_dir() else path.parent
+    maps = sorted(folder.glob("*datamaps.json"))
+    if not maps:
+        return ()
+    data = json.loads(maps[0].read_text(encoding="utf-8"))
+    users, items = data.get("id2user", {}), data.get("id2item", {})
+    return (lambda keys: np.array([users.get(str(k), str(k)) for k in keys]),
+            lambda keys: np.array([items.get(str(k), str(k)) for k in keys]))
+
+
+def _rankers(pipeline: dict) -> dict:
+    """The pipeline's ``ranker_eval`` figures (AUC etc. with and without hir features)."""
+    results = pipeline["settings"].artifacts_dir / "ranker_eval" / pipeline["partition"] / "results.json"
+    if not results.exists():
+        return {"status": "not run"}
+    return json.loads(results.read_text(encoding="utf-8"))["results"]
