@@ -1,0 +1,89 @@
+"""The evaluation stage end to end on a small synthetic set: `hir eval synthetic` runs the whole
+pipeline (evaluation assets included) on its own data home, then scores hir beside the baselines."""
+
+import json
+import re
+
+import pytest
+
+SECTIONS = ("## Retrieval (test window, full ranking)", "## Cold start", "## Rankers", "## Token quality",
+            "### recall curves", "### cluster sizes", "### embedding map", "## Run")
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory):
+    """One `hir eval synthetic --json` run (20,000 events, 20 training steps, 1 thread)."""
+    from hir.cli import main
+
+    home = tmp_path_factory.mktemp("hir_eval_home")
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in {"HIR_DATA_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"),
+                            "HIR_SYNTHETIC_EVENTS": "20000", "HIR_TRAIN_STEPS": "20", "HIR_THREADS": "1",
+                            "HIR_EVAL_BASELINES": "popularity,cooccurrence,als,text_world_knowledge",
+                            "HF_HUB_OFFLINE": "1", "DAGSTER_DISABLE_TELEMETRY": "1"}.items():
+            mp.setenv(name, value)
+        import torch
+
+        torch.set_num_threads(1)
+        import io
+        from contextlib import redirect_stdout
+
+        out = io.StringIO()
+        with redirect_stdout(out):
+            code = main(["eval", "synthetic", "--json", "--baselines", "popularity,cooccurrence,als"])
+    assert code == 0
+    report = json.loads(out.getvalue().strip().splitlines()[-1])
+    return home, report
+
+
+def _numbers(row: dict):
+    for key, value in row.items():
+        if isinstance(value, dict):
+            yield from _numbers(value)
+        elif key in {"recall@10", "recall@50", "ndcg@10", "ndcg@50", "mrr", "auc", "ne_base"}:
+            yield key, value
+
+
+def test_hir_is_scored_beside_the_baselines(evaluated):
+    _, report = evaluated
+    assert set(report["hir"]) == {"hir", "hir_bom"}
+    assert report["recall@10"] == report["hir"]["hir"]["recall@10"]
+    assert set(report["baselines"]) == {"popularity", "cooccurrence", "als"}
+    for row in [*report["hir"].values(), *report["baselines"].values()]:
+        assert row["queries"] > 0 and row["queries"] == report["protocol"]["test_queries"]
+        for key, value in _numbers(row):
+            assert 0.0 <= value <= 1.0, key
+    assert report["pipeline"]["train_steps"] == 20 and report["seed"] == 0
+
+
+def test_rankers_report_auc_with_and_without_hir(evaluated):
+    _, report = evaluated
+    click = report["rankers"]["click"]
+    assert click["status"] == "ok" and click["task"] == "click after impression"
+    for features in ("base", "with_hir"):
+        assert 0.0 <= click[features]["auc"] <= 1.0 and click[features]["ne"] > 0
+    assert set(click["lift"]) == {"auc", "ne"}
+    assert report["rankers"]["conversion"]["status"] in {"ok", "not applicable"}
+
+
+def test_report_holds_every_table_and_figure(evaluated):
+    home, report = evaluated
+    text = (home / "eval" / "synthetic" / "reports" / f"evaluation_{report['pipeline']['partition']}.md").read_text()
+    for section in SECTIONS:
+        assert section in text, section
+    assert text.count("data:image/png;base64,") == 3
+    for scorer in ("hir", "hir_bom", "popularity", "cooccurrence", "als", "text_world_knowledge"):
+        assert re.search(rf"^\| {scorer} \| [0-9.]+ \|", text, re.M), scorer
+    assert "| prototype_coarse |" in text and "| bom_level_1 |" in text
+    run = json.loads(text.split("```json", 1)[1].split("```", 1)[0])
+    assert run["seed"] == 0 and run["settings"]["train_steps"] == 20
+
+
+def test_token_quality_against_planted_truth(evaluated):
+    home, report = evaluated
+    folder = home / "eval" / "synthetic" / "artifacts" / "token_quality" / report["pipeline"]["partition"]
+    quality = json.loads((folder / "results.json").read_text())
+    coarse = quality["groupings"]["prototype_coarse"]
+    assert 0.0 <= coarse["nmi_coarse"] <= 1.0 and 0.0 < coarse["top_share"] <= 1.0
+    assert sum(coarse["sizes"]) == quality["entities"]
+    assert quality["labels"]["planted_truth"] is True
