@@ -4,7 +4,8 @@
 * :func:`partition_split` — the temporal split of partition ``D`` (cut-off ``T``): scorers train on
   events before ``T`` and are tested on the target events of the test window
   ``[T + val_days, T + val_days + test_days)`` (the validation window is left out, as in
-  ``eval_windows``).
+  ``eval_windows``). Targets: :data:`TARGETS` by source kind, else purchases; a source with none
+  of its target events predicts its most frequent user event.
 * :func:`hir_factories` — hir's scorers on a split: ``hir`` (dot product of the user's and item's
   entity embeddings at ``T``) and ``hir_bom`` (Bag-of-Meaning overlap ``Σ_t q_t(u) w_t(i)`` of the
   partition's token bags, the score the BoM index computes).
@@ -56,6 +57,10 @@ def partition_split(con, cutoff: datetime, settings: Settings) -> Split:
         "SELECT n.entity_type, n.source_key, c.text FROM content c JOIN entities n USING (entity_id)"
     ).fetch_df()
     target = TARGETS.get(settings.source, DEFAULT_TARGET)
+    user_events = events.loc[events["src_type"] == "user", "event_type"]
+    if len(user_events) and not user_events.isin(target.event_types).any():
+        # a source without purchases (e.g. a csv mapping): predict its most frequent user event
+        target = TemporalTarget(frozenset({str(user_events.mode().iloc[0])}))
     split = temporal_split(events[keep].reset_index(drop=True), entities, content, target,
                            settings.test_days, cutoff=cutoff.timestamp())
     split.info["test_window"] = [bounds["test_start"].isoformat(), bounds["test_end"].isoformat()]

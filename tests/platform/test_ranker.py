@@ -77,3 +77,24 @@ def test_collapse_and_purity():
     c = collapse(np.array([0, 0, 0, 1]))
     assert c == {"top_share": 0.75, "used": 2, "sizes": [3, 1]}
     assert purity(np.array([0, 0, 1, 1]), np.array(["x", "y", "z", "z"])) == 0.75
+
+
+def test_partition_split_tests_on_the_test_window_only(settings):
+    from datetime import datetime, timezone
+
+    from hir.eval_data import partition_split
+    from hir.warehouse import connect
+
+    cutoff = datetime(2026, 1, 3, tzinfo=timezone.utc)
+    with connect(settings.warehouse_path) as con:
+        con.executemany("INSERT INTO entities (entity_id, entity_type, source_key) VALUES (?, ?, ?)", [(1, "user", "u1"), (2, "user", "u2"), (10, "product", "p1"),
+                                                                   (11, "product", "p2"), (12, "product", "p3")])
+        con.executemany("INSERT INTO events (src, dst, event_type, ts, value) VALUES (?, ?, 'like', ?, 1.0)", [
+            (1, 10, datetime(2026, 1, 1, tzinfo=timezone.utc)), (2, 10, datetime(2026, 1, 2, tzinfo=timezone.utc)),
+            (1, 11, datetime(2026, 1, 3, 5, tzinfo=timezone.utc)),  # validation window: left out
+            (2, 12, datetime(2026, 1, 4, 5, tzinfo=timezone.utc))])  # test window
+    with connect(settings.warehouse_path, read_only=True) as con:
+        split = partition_split(con, cutoff, settings)
+    assert split.info["target_events"] == ["like"], "no purchases: the most frequent user event"
+    assert len(split.test.users) == 1 and split.user_keys[split.test.users[0]] == "u2"
+    assert split.item_keys[int(split.test.targets[0, 0])] == "p3" and split.info["cold_start_queries"] == 1
