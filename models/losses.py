@@ -89,6 +89,30 @@ def soft_cross_entropy(targets: torch.Tensor, logits: torch.Tensor) -> torch.Ten
     return -(targets * F.log_softmax(logits, dim=-1)).sum(dim=-1).mean()
 
 
+def info_nce(anchor: torch.Tensor, positive: torch.Tensor, negatives: torch.Tensor, temperature: float = 0.1) -> torch.Tensor:
+    """Symmetric InfoNCE between the two ends of ``B`` positive pairs.
+
+    With ``a = anchor/‖anchor‖``, ``p = positive/‖positive‖`` and extra negatives ``n`` (normalised
+    the same way), row ``b`` scores ``[⟨a_b, p_j⟩]_j ++ [⟨a_b, n_m⟩]_m`` divided by ``temperature``
+    and the loss is the cross-entropy of the true partner ``p_b`` (in-batch partners of the other
+    pairs and the extra rows are negatives); the same is done from ``p`` to ``a`` and the two
+    directions are averaged:
+
+    ``L = ½ [CE(softmax([a Pᵀ, a Nᵀ]/T), I) + CE(softmax([p Aᵀ, p Nᵀ]/T), I)]``.
+
+    Args:
+        anchor: ``[B, d]`` representations of one end of each pair.
+        positive: ``[B, d]`` representations of the other end.
+        negatives: ``[M, d]`` extra negatives (``M`` may be 0).
+        temperature: ``T`` of the softmax.
+    """
+    a, p, n = F.normalize(anchor, dim=-1), F.normalize(positive, dim=-1), F.normalize(negatives, dim=-1)
+    target = torch.arange(a.shape[0], device=a.device)
+    forward = torch.cat([a @ p.T, a @ n.T], dim=1) / temperature
+    backward = torch.cat([p @ a.T, p @ n.T], dim=1) / temperature
+    return 0.5 * (F.cross_entropy(forward, target) + F.cross_entropy(backward, target))
+
+
 def prob_cross_entropy(targets: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
     """``mean_b − Σ_k q_bk log p_bk`` for probabilities ``p`` (clamped away from zero)."""
     return -(targets * probs.clamp_min(1e-8).log()).sum(dim=-1).mean()

@@ -14,9 +14,12 @@ One step, for a batch of ``B`` training-window edges ``(u, v, r, Δ)`` per proce
    predicts the teacher's target of ``v`` and vice versa, so engaged entities share prototypes
    whatever their type; ``L_hier`` keeps the levels nested through the learned parent map
    (:mod:`hir.models.losses`);
+   ``L_nce`` = symmetric InfoNCE (temperature ``T``) between the student representations of ``u``
+   and ``v``, with the other edges' ends, the random and the popularity anchors as negatives — it
+   aligns users with what they engage with, across node types;
    ``L_eng`` = BCE of the engagement head on the true edges against random, popularity and
    in-batch negatives, from the first narrow view's representations;
-5. ``L = w_proto L_proto + w_pair L_pair + w_hier L_hier + w_eng L_eng``; AdamW with linear warm-up and cosine
+5. ``L = w_proto L_proto + w_pair L_pair + w_hier L_hier + w_eng L_eng + w_nce L_nce``; AdamW with linear warm-up and cosine
    decay; the teacher follows ``θ_t ← m θ_t + (1 − m) θ_s`` with
    ``m = 1 − (1 − m₀)(cos(π t/T) + 1)/2`` rising from ``m₀`` to 1.
 
@@ -62,7 +65,7 @@ from hir.models.engagement import (
     random_negatives,
 )
 from hir.models.graph import TemporalGraph
-from hir.models.losses import Prototypes, collapse_metrics, hierarchy_loss, sinkhorn, soft_cross_entropy, standardize
+from hir.models.losses import Prototypes, collapse_metrics, hierarchy_loss, info_nce, sinkhorn, soft_cross_entropy, standardize
 from hir.models.sampler import SamplerConfig, ViewSampler
 
 CHECKPOINT_FILES = ("model.safetensors", "optimizer.safetensors", "config.json", "state.json")
@@ -98,6 +101,8 @@ class TrainConfig:
     w_pair: float = 1.0  # weight of the cross-entity term: u's student predicts v's teacher target
     w_hier: float = 0.5  # weight of the hierarchy consistency
     w_eng: float = 1.0  # weight of the engagement loss
+    w_nce: float = 4.0  # weight of the InfoNCE between the student representations of u and v
+    nce_temperature: float = 0.1  # T of that InfoNCE
     grad_clip: float = 1.0  # max gradient norm
     checkpoint_every: int = 100  # steps between checkpoints (and one at the end)
     log_every: int = 10  # steps between metric records
@@ -115,6 +120,9 @@ class TrainConfig:
 class HIRModel(nn.Module):
     """Encoder, projection head, two-level prototypes and engagement head.
 
+    With world knowledge, the representation is ``h = enc(view) + LN(W_c · pooled wk)`` (see
+    :meth:`pooled_content`): content reaches ``h`` directly instead of only through attention.
+
     Args:
         encoder_config: the encoder's configuration (its ``dim`` is the representation width).
         config: the training configuration (prototype counts, projection width).
@@ -128,6 +136,16 @@ class HIRModel(nn.Module):
         self.projector = nn.Sequential(nn.Linear(dim, dim), nn.GELU(), nn.Linear(dim, config.proj_dim))
         self.prototypes = Prototypes(config.proj_dim, config.coarse, config.fine)
         self.engagement = EngagementHead(dim, num_edge_types, hidden=dim)
+        self.content = nn.Sequential(nn.Linear(encoder_config.wk_dim, dim), nn.LayerNorm(dim)) if encoder_config.wk_dim else None
+
+    def pooled_content(self, view, wk: tuple) -> torch.Tensor:
+        """``LN(W_c · Σ_s a_s wk_s / Σ_s a_s)`` ``[B, dim]``: the view's world knowledge pooled with
+        ``a_s = has_s · (p_s + [hop_s = 0])`` (``p`` the random-walk landing probability), so a node
+        without content (a user) is described by the content of what it engaged with."""
+        vectors, has = wk
+        weight = has.float() * (view.rw_prob.clamp(0, 1) + (view.hop == 0).float())
+        pooled = (weight.unsqueeze(-1) * vectors).sum(1) / weight.sum(1, keepdim=True).clamp_min(1e-6)
+        return self.content(pooled)
 
     def embed(self, view, wk: tuple | None, backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Representation ``h`` ``[B, dim]`` and prototype scores ``([B, K₁], [B, K₂])`` of a view.
@@ -135,6 +153,8 @@ class HIRModel(nn.Module):
         ``wk`` is ``(vectors [B, S, d], has [B, S])`` from :meth:`WorldKnowledge.per_token` or ``None``.
         """
         h = self.encoder(view, wk=wk[0] if wk else None, backend=backend, has_wk=wk[1] if wk else None)
+        if wk is not None and self.content is not None:
+            h = h + self.pooled_content(view, wk)
         coarse, fine = self.prototypes.scores(self.projector(h))
         return h, coarse, fine
 
@@ -446,16 +466,18 @@ class Trainer:
         c, tau = self.config, self.config.student_temperature
         parent = self.student.prototypes.parent_map()
         u, v = pairs["u"], pairs["v"]
-        proto, pair, hier = 0.0, 0.0, 0.0
-        for _, s_coarse, s_fine in outputs:
+        proto, pair, hier, nce = 0.0, 0.0, 0.0, 0.0
+        for h, s_coarse, s_fine in outputs:
+            nce = nce + info_nce(h[u], h[v], torch.cat([h[pairs["rand"]], h[pairs["pop"]]]), c.nce_temperature)
             proto = proto + 0.5 * (soft_cross_entropy(q_coarse, s_coarse / tau) + soft_cross_entropy(q_fine, s_fine / tau))
             pair = pair + 0.25 * sum(
                 soft_cross_entropy(q[a], s[b] / tau) for q, s in ((q_coarse, s_coarse), (q_fine, s_fine)) for a, b in ((u, v), (v, u))
             )
             hier = hier + hierarchy_loss(q_coarse, q_fine, torch.softmax(s_coarse / tau, -1), torch.softmax(s_fine / tau, -1), parent)
-        proto, pair, hier = proto / len(outputs), pair / len(outputs), hier / len(outputs)
-        loss = c.w_proto * proto + c.w_pair * pair + c.w_hier * hier + c.w_eng * eng
-        parts = {name: float(value.detach()) for name, value in (("loss_proto", proto), ("loss_pair", pair), ("loss_hier", hier), ("loss_eng", eng))}
+        proto, pair, hier, nce = (x / len(outputs) for x in (proto, pair, hier, nce))
+        loss = c.w_proto * proto + c.w_pair * pair + c.w_hier * hier + c.w_eng * eng + c.w_nce * nce
+        named = (("loss_proto", proto), ("loss_pair", pair), ("loss_hier", hier), ("loss_eng", eng), ("loss_nce", nce))
+        parts = {name: float(value.detach()) for name, value in named}
         parts["eng_margin"] = float(pos.mean() - neg.mean())
         self._last = (outputs[0], pos, neg)
         return loss, parts
@@ -687,3 +709,61 @@ def embed_all(
             coarse, fine = standardize(coarse), standardize(fine)
         coarse_id, fine_id = model.prototypes.assign_scores(coarse.to(device), fine.to(device))
     return Embeddings(torch.cat(out_h), coarse_id.cpu(), fine_id.cpu())
+
+
+def kmeans(x: torch.Tensor, k: int, iters: int = 25, seed: int = 0) -> torch.Tensor:
+    """Spherical k-means of the rows of ``x`` ``[N, d]``: labels ``[N]`` int64 in ``[0, k)``.
+
+    Rows are L2-normalised; centres start at ``k`` k-means++ picks and alternate
+    ``label_i = argmax_j ⟨x_i, c_j⟩`` and ``c_j = normalise(Σ_{label_i = j} x_i)`` (an emptied
+    centre is re-seeded at the row worst served by its centre). Deterministic for ``seed``.
+    """
+    n = x.shape[0]
+    if n <= k:
+        return torch.arange(n, dtype=torch.int64)
+    x = nn.functional.normalize(x.float(), dim=1)
+    gen = torch.Generator().manual_seed(seed)
+    centres = x[torch.randint(n, (1,), generator=gen)]
+    for _ in range(1, k):
+        gap = (1 - (x @ centres.T).max(dim=1).values).clamp_min(0) ** 2
+        centres = torch.cat([centres, x[torch.multinomial(gap + 1e-12, 1, generator=gen)]])
+    for _ in range(iters):
+        sim = x @ centres.T
+        labels = sim.argmax(dim=1)
+        sums = torch.zeros_like(centres).index_add_(0, labels, x)
+        empty = torch.bincount(labels, minlength=k) == 0
+        if empty.any():
+            worst = sim.max(dim=1).values.argsort()[: int(empty.sum())]
+            sums[empty] = x[worst]
+        centres = nn.functional.normalize(sums, dim=1)
+    return (x @ centres.T).argmax(dim=1)
+
+
+def nested_clusters(embedding: torch.Tensor, node_type: torch.Tensor, coarse: int, fine: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two-level interest clusters of embeddings, free of the node-type offset.
+
+    Each node type's mean is subtracted from its normalised embeddings (so clusters follow content,
+    not type); spherical :func:`kmeans` gives ``coarse`` clusters, then inside coarse cluster ``c``
+    a k-means into ``fine // coarse`` clusters gives fine label ``c · (fine // coarse) + j``, so every
+    fine cluster nests in exactly one coarse cluster.
+
+    Args:
+        embedding: ``[N, d]`` representations; ``node_type``: ``[N]`` int64 type ids.
+        coarse: ``K₁``; ``fine``: ``K₂`` (``K₂ // K₁`` children per coarse cluster, at least 1).
+        seed: k-means seed.
+
+    Returns:
+        ``(coarse [N], fine [N])`` int64 labels.
+    """
+    x = nn.functional.normalize(embedding.float(), dim=1)
+    for t in node_type.unique():
+        rows = node_type == t
+        x[rows] = x[rows] - x[rows].mean(dim=0)
+    top = kmeans(x, coarse, seed=seed)
+    per = max(1, fine // max(1, coarse))
+    low = torch.zeros_like(top)
+    for c in range(coarse):
+        rows = (top == c).nonzero().squeeze(1)
+        if rows.numel():
+            low[rows] = kmeans(x[rows], per, seed=seed + 1 + c)
+    return top, top * per + low

@@ -98,7 +98,7 @@ class Settings:
     embed_device: str = "cpu"
 
     # Self-supervised training (hir_encoder) and inference (entity_embeddings); see hir.models.trainer.
-    train_steps: int = 300  # optimiser steps of a run from scratch
+    train_steps: int = 150  # optimiser steps of a run from scratch
     train_batch: int = 32  # positive edges per step (anchors = 4 x batch)
     train_dim: int = 64  # encoder width
     train_layers: int = 2
@@ -106,12 +106,14 @@ class Settings:
     train_coarse: int = 8  # K1 coarse prototypes
     train_fine: int = 48  # K2 fine prototypes
     train_lr: float = 0.005
-    train_broad_tokens: int = 32  # teacher view size
+    train_broad_tokens: int = 16  # teacher view size
     train_narrow_tokens: int = 16  # student view size
+    train_narrow_views: int = 1  # student views per anchor per step
     train_w_proto: float = 1.0  # loss weights: prototype cross-entropy, cross-edge pairs, hierarchy, engagement
     train_w_pair: float = 1.0
     train_w_hier: float = 0.5
     train_w_eng: float = 1.0
+    train_w_nce: float = 4.0  # InfoNCE between the student representations of each edge's two ends
     train_checkpoint_every: int = 100
     train_log_every: int = 10
     # Warm-start a partition from the newest earlier partition's checkpoint, then fine-tune.
