@@ -82,3 +82,14 @@ def test_collapse_metrics_tell_balanced_from_collapsed():
     spread = collapse_metrics(balanced, balanced, 8, 8, torch.randn(64, 16))
     same = collapse_metrics(collapsed, collapsed, 8, 8, torch.ones(64, 16))
     assert spread["emb_std"] > 0.1 and same["emb_std"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_info_nce_is_low_for_aligned_pairs_and_high_for_shuffled():
+    from hir.models.losses import info_nce
+
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(32, 16, generator=gen)
+    negatives = torch.randn(8, 16, generator=gen)
+    aligned = info_nce(a, a + 0.01 * torch.randn(32, 16, generator=gen), negatives, 0.1)
+    shuffled = info_nce(a, a[torch.randperm(32, generator=gen)], negatives, 0.1)
+    assert aligned < 0.1 < math.log(40) / 2 < shuffled

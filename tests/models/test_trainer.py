@@ -159,3 +159,38 @@ def test_torchrun_two_processes_end_with_equal_weights(tmp_path):
     for key in r0:
         assert torch.allclose(r0[key], r1[key], atol=1e-6), key
     assert json.loads((out / "state.json").read_text())["world_size"] == 2
+
+
+def test_interest_clusters_recover_planted_interests_with_item_content(planted, tmp_path):
+    """Items carry noisy content of their planted fine interest, users none: after training, the
+    nested k-means clusters of every node (users included) agree with the planted coarse interest."""
+    from sklearn.metrics import normalized_mutual_info_score
+
+    from hir.models.trainer import nested_clusters
+
+    torch.set_num_threads(1)
+    events, graph, entity = planted
+    gen = torch.Generator().manual_seed(1)
+    fine = events.fine[entity]
+    wk = torch.nn.functional.one_hot(fine, int(events.fine.max()) + 1).float() + 0.3 * torch.randn(graph.num_nodes, int(events.fine.max()) + 1, generator=gen)
+    wk = torch.nn.functional.normalize(wk, dim=1) * (graph.node_type == 1).float()[:, None]
+    encoder = encoder_config_for(graph, dim=16, layers=1, heads=2, hash_buckets=2048, dropout=0.0, wk_dim=wk.shape[1])
+    Trainer(graph, tiny_config(steps=60, batch_size=64, lr=1e-2), encoder, SAMPLER, tmp_path, wk=wk).fit()
+    emb = embed_all(graph, load_model(tmp_path, len(graph.edge_types)), SAMPLER, wk=wk, backend="dense", batch_size=128)
+    coarse, _ = nested_clusters(emb.embedding, graph.node_type, 4, 8)
+    assert normalized_mutual_info_score(events.coarse[entity].numpy(), coarse.numpy()) >= 0.5
+
+
+def test_nested_clusters_ignore_a_type_offset_and_nest():
+    from sklearn.metrics import normalized_mutual_info_score
+
+    from hir.models.trainer import nested_clusters
+
+    gen = torch.Generator().manual_seed(0)
+    labels = torch.arange(400) % 4
+    types = (torch.arange(400) // 200) % 2
+    centres = torch.nn.functional.normalize(torch.randn(4, 16, generator=gen), dim=1)
+    x = centres[labels] + 0.1 * torch.randn(400, 16, generator=gen) + 3.0 * types[:, None] * torch.ones(16)
+    coarse, fine = nested_clusters(x, types, 4, 8)
+    assert normalized_mutual_info_score(labels.numpy(), coarse.numpy()) > 0.9
+    assert torch.equal(fine // 2, coarse)
