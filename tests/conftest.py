@@ -24,6 +24,9 @@ def data_home(tmp_path, monkeypatch) -> Path:
     """A fresh data home; HIR_* settings point into it for the test's duration."""
     home = tmp_path / "hir_home"
     home.mkdir()
+    # `hir` commands export their flags as HIR_* variables; these undo that after the test.
+    for var in ("HIR_SOURCE", "HIR_SOURCE_PATH", "HIR_SYNTHETIC_EVENTS", "HIR_CSV_MAPPING"):
+        monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HIR_DATA_HOME", str(home))
     monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
     monkeypatch.setenv("DAGSTER_DISABLE_TELEMETRY", "1")
