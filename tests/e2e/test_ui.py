@@ -100,6 +100,14 @@ def _browser(tmp_path):
     return webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
 
 
+def _dismiss_welcome(driver) -> None:
+    """Close Dagster's first-visit community dialog, which would cover the screenshots."""
+    time.sleep(2)
+    for button in driver.find_elements("xpath", "//button[normalize-space()='Skip']"):
+        button.click()
+        time.sleep(1)
+
+
 def _wait_for_text(driver, text: str, timeout: float = 60) -> str:
     deadline = time.monotonic() + timeout
     body = ""
@@ -132,13 +140,18 @@ def test_default_job_runs_and_shows_in_the_ui(dagster_ui, tmp_path, data_home):
     driver = _browser(tmp_path)
     try:
         driver.get(f"http://127.0.0.1:{port}/asset-groups")
-        graph = _wait_for_text(driver, "graph_snapshot")
-        for asset in ("events", "entity_embeddings", "bom_tokens", "feast_online"):
-            assert asset in graph
+        graph = _wait_for_text(driver, "world_knowledge")
+        _dismiss_welcome(driver)
+        for group in ("ingest", "graph", "training", "tokens", "serving", "evaluation"):
+            assert group in graph.splitlines()
         driver.save_screenshot(str(tmp_path / "asset_graph.png"))
+        driver.get(f"http://127.0.0.1:{port}/locations/hir/asset-groups/training")
+        training = _wait_for_text(driver, "entity_embeddings")
+        assert "hir_encoder" in training
+        driver.save_screenshot(str(tmp_path / "training_group.png"))
         driver.get(f"http://127.0.0.1:{port}/assets/events")
-        page = _wait_for_text(driver, "Materialized")
-        assert "events" in page
+        page = _wait_for_text(driver, "Latest materialization")
+        assert "Row count" in page and "Interactions: impression, click" in page
         driver.save_screenshot(str(tmp_path / "events_asset.png"))
         driver.get(f"http://127.0.0.1:{port}/runs/{run_id}")
         assert "Success" in _wait_for_text(driver, "Success")
@@ -146,3 +159,6 @@ def test_default_job_runs_and_shows_in_the_ui(dagster_ui, tmp_path, data_home):
     finally:
         driver.quit()
     assert (tmp_path / "asset_graph.png").stat().st_size > 10_000
+    if os.environ.get("HIR_UI_SCREENSHOTS"):  # where README's screenshots come from
+        for name in ("asset_graph.png", "training_group.png"):
+            shutil.copy(tmp_path / name, Path(os.environ["HIR_UI_SCREENSHOTS"]) / name)
