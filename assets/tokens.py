@@ -193,14 +193,22 @@ def bom_index(context: dg.AssetExecutionContext, artifacts: ArtifactStore):
 
 
 def _unindexed(index, postings) -> int:
-    """Bag (token, entity) pairs that the loaded index does not return as postings."""
+    """Bag (token, entity) pairs that the loaded index does not hold as postings.
+
+    Each pair becomes one integer key ``token * span + entity``; a set test keeps this linear in
+    the postings (gathering every query token's whole posting list would be quadratic).
+    """
+    import numpy as np
     import torch
 
-    tokens = torch.tensor(postings.column("token").to_numpy())
-    entity = torch.tensor(postings.column("entity_id").to_numpy())
-    positions, query = index.postings(tokens)
-    found = index.entity_ids[index.rows[positions]] == entity[query]
-    return int(tokens.numel() - found.sum())
+    tokens = postings.column("token").to_numpy().astype(np.int64)
+    entity = postings.column("entity_id").to_numpy().astype(np.int64)
+    lengths = index.offsets[1:] - index.offsets[:-1]
+    held_tokens = torch.repeat_interleave(index.tokens, lengths).numpy()
+    held_entity = index.entity_ids[index.rows].numpy()
+    span = int(max(entity.max(initial=0), held_entity.max(initial=0))) + 1
+    found = np.isin(tokens * span + entity, held_tokens * span + held_entity)
+    return int(tokens.size - found.sum())
 
 
 @dg.asset(
