@@ -242,6 +242,60 @@ class EmbeddingScorer(Scorer):
         return self.user_vectors[torch.as_tensor(users)] @ self.item_vectors.T
 
 
+class PriorCorrectedScorer(Scorer):
+    """Contrastive embeddings ranked for retrieval: ``s_ui = ⟨û_u, v̂_i⟩ / T + log(p_i + 1)``.
+
+    An encoder trained with InfoNCE at temperature ``T`` on L2-normalised vectors ``û, v̂``, with
+    negatives drawn in proportion to popularity, learns ``⟨û, v̂⟩ / T ≈ log p(i | u) / p(i) + c(u)``
+    (pointwise mutual information), which is blind to how often an item is taken at all. Adding the
+    log prior turns it back into ``log p(i | u) + c(u)``, the quantity future-interaction retrieval
+    ranks by. ``p_i`` is the item's time-decayed interaction count in the training data
+    (:class:`PopularityScorer`); the pseudo-count of one keeps unseen items' scores finite, so the
+    embedding can still lift a cold item.
+
+    With ``recent_weights`` ``w_1, w_2, ...`` the query is the user's last items instead of its
+    snapshot embedding, ``û_u = normalise(Σ_j w_j v̂_{h_j})`` (``h_1`` the most recent, as the
+    co-occurrence baseline weighs them): the embedding of a session that moved on after the cut-off.
+    A user without history keeps its own embedding.
+
+    Args:
+        user_vectors: ``[n_users, d]``; item_vectors: ``[n_items, d]`` (normalised here).
+        temperature: ``T`` of the encoder's InfoNCE.
+        half_life: popularity decay in the unit of ``Interactions.times``; ``None`` counts events.
+        name: the scorer's name in reports.
+        recent_weights: weights of the user's most recent items, or ``None`` for the user's embedding.
+    """
+
+    name = "prior_corrected"
+
+    def __init__(self, user_vectors, item_vectors, temperature: float, half_life: float | None = None,
+                 name: str | None = None, recent_weights=None):
+        self.user_vectors = nn.functional.normalize(torch.as_tensor(np.asarray(user_vectors), dtype=torch.float32), dim=1)
+        self.item_vectors = nn.functional.normalize(torch.as_tensor(np.asarray(item_vectors), dtype=torch.float32), dim=1)
+        self.temperature, self.half_life = temperature, half_life
+        self.name = name or self.name
+        self.recent_weights = None if recent_weights is None else torch.as_tensor(recent_weights, dtype=torch.float32)
+        self.log_prior = torch.zeros(len(self.item_vectors))
+
+    def fit(self, train, validation=None):
+        popularity = PopularityScorer(self.half_life).fit(train).item_scores
+        self.log_prior = torch.log1p(popularity)
+        return self
+
+    def query(self, users, history) -> torch.Tensor:
+        """``[len(users), d]`` unit query vectors: the users' embeddings or their recent items'."""
+        own = self.user_vectors[torch.as_tensor(users)]
+        if self.recent_weights is None:
+            return own
+        recent = torch.as_tensor(last_items(history, users, len(self.recent_weights))[:, ::-1].copy())
+        present = recent >= 0
+        pooled = (self.item_vectors[recent.clamp_min(0)] * (self.recent_weights * present)[..., None]).sum(dim=1)
+        return torch.where(present.any(dim=1, keepdim=True), nn.functional.normalize(pooled, dim=1), own)
+
+    def score(self, users, history):
+        return self.query(users, history) @ self.item_vectors.T / self.temperature + self.log_prior
+
+
 class TextScorer(Scorer):
     """Text-only world knowledge: cosine between an item's text vector and the user's profile.
 

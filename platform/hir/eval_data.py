@@ -6,13 +6,17 @@
   ``[T + val_days, T + val_days + test_days)`` (the validation window is left out, as in
   ``eval_windows``). Targets: :data:`TARGETS` by source kind, else purchases; a source with none
   of its target events predicts its most frequent user event.
-* :func:`hir_factories` — hir's scorers on a split: ``hir`` (dot product of the user's and item's
-  entity embeddings at ``T``) and ``hir_bom`` (Bag-of-Meaning overlap ``Σ_t q_t(u) w_t(i)`` of the
+* :func:`hir_factories` — hir's scorers on a split: ``hir`` (the user's and item's entity
+  embeddings at ``T``, cosine over the encoder's InfoNCE temperature plus the item's log prior:
+  :class:`~hir.models.baselines.PriorCorrectedScorer`), ``hir_recent`` (the same with the user's
+  last items' embeddings as the query), ``hir_no_prior`` (the plain dot product, the ablation of
+  the prior) and ``hir_bom`` (Bag-of-Meaning overlap ``Σ_t q_t(u) w_t(i)`` of the
   partition's token bags, the score the BoM index computes).
 """
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
 from typing import Callable
@@ -21,10 +25,13 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from hir.evaluation import TEMPORAL_TARGETS, Split, TemporalTarget, embedding_scorer, temporal_split
+from hir.evaluation import TEMPORAL_TARGETS, Split, TemporalTarget, embedding_scorer, popularity_half_life, temporal_split
+from hir.models.baselines import PriorCorrectedScorer
 from hir.settings import Settings
 from hir.snapshot import window_bounds
+from hir.sources.base import SourceError
 
+RECENT_WEIGHTS = (1.0, 0.5, 0.25)  # hir_recent's query: the user's last items, as the co-occurrence baseline weighs them
 DEFAULT_TARGET = TemporalTarget(frozenset({"purchase", "buy", "conversion"}))
 # amazon_seq: every interaction is a purchase; the user's earlier items are masked (leave-last-out).
 TARGETS = {**TEMPORAL_TARGETS, "amazon_seq": TemporalTarget(frozenset({"purchase"}), mask_seen=True)}
@@ -86,23 +93,46 @@ def bag_vectors(tokens_path: Path, entity_type: str, vocabulary: dict[int, int])
     return rows["source_key"].astype(str).to_numpy(), out
 
 
-def hir_factories(split: Split, embeddings_path: Path, tokens_path: Path | None = None,
+def encoder_temperature(artifacts_dir: Path, partition: str) -> float:
+    """``T`` of the InfoNCE the partition's encoder was trained with (its ``config.json``)."""
+    config = Path(artifacts_dir) / "hir_encoder" / partition / "config.json"
+    if not config.exists():
+        raise SourceError(f"hir_encoder {partition} has no checkpoint config at {config}; materialise it first")
+    return float(json.loads(config.read_text(encoding="utf-8"))["train"]["nce_temperature"])
+
+
+def hir_factories(split: Split, artifacts_dir: Path, partition: str, settings: Settings,
                   user_keys: Callable[[np.ndarray], np.ndarray] = lambda k: k,
                   item_keys: Callable[[np.ndarray], np.ndarray] = lambda k: k) -> dict[str, Callable]:
-    """Constructors of hir's scorers on ``split``.
+    """Constructors of hir's scorers on ``split`` from one partition's artefacts.
 
     Args:
-        split: the evaluation split; embeddings_path: the partition's ``embeddings.parquet``;
-        tokens_path: its ``tokens.parquet`` (``hir_bom`` is left out when absent);
+        split: the evaluation split; artifacts_dir: the data home's artefacts (``entity_embeddings``,
+            ``hir_encoder`` and ``bom_tokens`` of ``partition``; ``hir_bom`` is left out without
+            tokens); settings: the half-life of the item prior (as the popularity baseline's);
         user_keys, item_keys: map the split's keys to the entities' source keys (identity by default).
     """
     item_type = split.info.get("item_type", "product")
+    embeddings_path = Path(artifacts_dir) / "entity_embeddings" / partition / "embeddings.parquet"
+    tokens_path = Path(artifacts_dir) / "bom_tokens" / partition / "tokens.parquet"
     factories = {}
-    if Path(embeddings_path).exists():
+    if embeddings_path.exists():
+        mapped = _mapped(split, user_keys, item_keys)
         u_keys, u_vec = read_entity_vectors(embeddings_path, "user")
         i_keys, i_vec = read_entity_vectors(embeddings_path, item_type)
-        factories["hir"] = lambda: embedding_scorer(_mapped(split, user_keys, item_keys), u_keys, u_vec, i_keys, i_vec, "hir")
-    if tokens_path is not None and Path(tokens_path).exists():
+        temperature = encoder_temperature(artifacts_dir, partition)
+        half_life = popularity_half_life(split, settings)
+
+        def corrected(name: str, recent_weights=None) -> Callable[[], PriorCorrectedScorer]:
+            def make() -> PriorCorrectedScorer:
+                plain = embedding_scorer(mapped, u_keys, u_vec, i_keys, i_vec)
+                return PriorCorrectedScorer(plain.user_vectors, plain.item_vectors, temperature, half_life, name, recent_weights)
+            return make
+
+        factories["hir"] = corrected("hir")
+        factories["hir_recent"] = corrected("hir_recent", RECENT_WEIGHTS)
+        factories["hir_no_prior"] = lambda: embedding_scorer(mapped, u_keys, u_vec, i_keys, i_vec, "hir_no_prior")
+    if tokens_path.exists():
         all_tokens = pq.read_table(tokens_path, columns=["tokens"]).column("tokens").combine_chunks().flatten()
         vocabulary = {int(t): n for n, t in enumerate(np.unique(all_tokens.to_numpy()))}
         if vocabulary:

@@ -320,7 +320,7 @@ def embedding_scorer(split: Split, user_keys, user_vectors, item_keys, item_vect
                            aligned(item_keys, item_vectors, split.item_keys), name=name)
 
 
-def _popularity_half_life(split: Split, settings) -> float | None:
+def popularity_half_life(split: Split, settings) -> float | None:
     """Half-life in the unit of the split's times: seconds for dated data, none for order-only data."""
     if split.info.get("protocol") != "temporal":
         return None
@@ -353,7 +353,7 @@ def baseline_factories(split: Split, settings, seed: int, names: Iterable[str],
         return b.SASRecScorer(config)
 
     available = {
-        "popularity": lambda: b.PopularityScorer(_popularity_half_life(split, settings)),
+        "popularity": lambda: b.PopularityScorer(popularity_half_life(split, settings)),
         "cooccurrence": b.CooccurrenceScorer,
         "als": lambda: b.ALSScorer(seed=seed, threads=settings.threads),
         "lightgcn": lambda: b.LightGCNScorer(config=bounded(b.LightGCNScorer.default_config())),

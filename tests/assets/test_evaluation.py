@@ -46,7 +46,7 @@ def _numbers(row: dict):
 
 def test_hir_is_scored_beside_the_baselines(evaluated):
     _, report = evaluated
-    assert set(report["hir"]) == {"hir", "hir_bom"}
+    assert set(report["hir"]) == {"hir", "hir_no_prior", "hir_bom"}
     assert report["recall@10"] == report["hir"]["hir"]["recall@10"]
     assert set(report["baselines"]) == {"popularity", "cooccurrence", "als"}
     for row in [*report["hir"].values(), *report["baselines"].values()]:
@@ -72,9 +72,10 @@ def test_report_holds_every_table_and_figure(evaluated):
     for section in SECTIONS:
         assert section in text, section
     assert text.count("data:image/png;base64,") == 3
-    for scorer in ("hir", "hir_bom", "popularity", "cooccurrence", "als", "text_world_knowledge"):
+    for scorer in ("hir", "hir_no_prior", "hir_bom", "popularity", "cooccurrence", "als", "text_world_knowledge"):
         assert re.search(rf"^\| {scorer} \| [0-9.]+ \|", text, re.M), scorer
     assert "| prototype_coarse |" in text and "| bom_level_1 |" in text
+    assert "Planted coarse-interest agreement of" in text
     run = json.loads(text.split("```json", 1)[1].split("```", 1)[0])
     assert run["seed"] == 0 and run["settings"]["train_steps"] == 20
 
@@ -87,3 +88,6 @@ def test_token_quality_against_planted_truth(evaluated):
     assert 0.0 <= coarse["nmi_coarse"] <= 1.0 and 0.0 < coarse["top_share"] <= 1.0
     assert sum(coarse["sizes"]) == quality["entities"]
     assert quality["labels"]["planted_truth"] is True
+    planted = quality["planted_retrieval"]
+    assert planted["k"] == 20 and planted["users"] > 0 and 0.0 < planted["chance"] < 1.0
+    assert planted["agreement"] > planted["chance"]  # retrieved ads lean to the user's planted interest

@@ -99,6 +99,39 @@ def test_embedding_scorer_is_a_dot_product(data):
     assert recall(scorer, data) > 0.3
 
 
+def test_prior_corrected_scorer_is_cosine_over_temperature_plus_log_prior():
+    train = b.Interactions([0, 0, 1, 1, 1], [0, 1, 1, 1, 2], [0.0, 1.0, 0.0, 1.0, 2.0], 2, 4)
+    users = np.array([[3.0, 0.0], [0.0, 1.0]])
+    items = np.array([[1.0, 0.0], [2.0, 0.0], [0.0, 5.0], [1.0, 1.0]])
+    scorer = b.PriorCorrectedScorer(users, items, temperature=0.5, name="hir").fit(train)
+    cosine = torch.nn.functional.normalize(torch.tensor(users, dtype=torch.float32), dim=1) @ \
+        torch.nn.functional.normalize(torch.tensor(items, dtype=torch.float32), dim=1).T
+    prior = torch.log1p(torch.tensor([1.0, 3.0, 1.0, 0.0]))
+    assert torch.allclose(scorer.score(np.array([0, 1]), train), cosine / 0.5 + prior)
+    # items 0 and 1 point the same way: the more popular one ranks first; unseen item 3 stays finite
+    assert scorer.score(np.array([0]), train)[0, 1] > scorer.score(np.array([0]), train)[0, 0]
+    assert torch.isfinite(scorer.score(np.array([0]), train)).all()
+
+
+def test_prior_corrected_scorer_decays_popularity():
+    train = b.Interactions([0, 0, 0], [0, 0, 1], [0.0, 0.0, 10.0], 1, 2)
+    same = np.ones((2, 2))
+    recent = b.PriorCorrectedScorer(np.ones((1, 2)), same, temperature=0.1, half_life=1.0).fit(train)
+    counted = b.PriorCorrectedScorer(np.ones((1, 2)), same, temperature=0.1).fit(train)
+    assert recent.score(np.array([0]), train).argmax() == 1  # two old events weigh less than one new one
+    assert counted.score(np.array([0]), train).argmax() == 0
+
+
+def test_prior_corrected_scorer_queries_with_recent_items():
+    history = b.Interactions([0, 0], [0, 1], [0.0, 1.0], 2, 3)  # user 0 took item 0, then item 1
+    items = np.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+    own = np.array([[1.0, 1.0], [3.0, 4.0]])
+    scorer = b.PriorCorrectedScorer(own, items, temperature=1.0, recent_weights=(1.0, 0.5)).fit(history)
+    query = scorer.query(np.array([0, 1]), history)
+    assert torch.allclose(query[0], torch.nn.functional.normalize(torch.tensor([0.5, 1.0]), dim=0))  # 1·v̂₁ + 0.5·v̂₀
+    assert torch.allclose(query[1], torch.tensor([0.6, 0.8]))  # no history: the user's own embedding
+
+
 def test_sequences_and_last_items_follow_time_then_input_order():
     inter = b.Interactions([1, 0, 1, 1, 0], [5, 6, 7, 8, 9], [2.0, 1.0, 1.0, 2.0, 0.0], 3, 10)
     indptr, items = inter.sequences()

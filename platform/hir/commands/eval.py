@@ -97,9 +97,8 @@ def evaluate_dataset(dataset: str, path: str | None, settings, seed: int, baseli
     if pipeline is not None:
         from hir.eval_data import hir_factories
 
-        folder = pipeline["settings"].artifacts_dir
-        hir_scorers = hir_factories(split, folder / "entity_embeddings" / pipeline["partition"] / "embeddings.parquet",
-                                    folder / "bom_tokens" / pipeline["partition"] / "tokens.parquet", *key_maps)
+        hir_scorers = hir_factories(split, pipeline["settings"].artifacts_dir, pipeline["partition"],
+                                    pipeline["settings"], *key_maps)
         hir = evaluation.run_scorers(split, hir_scorers, ks, _progress)
     for k in ks:
         report[f"recall@{k}"] = hir["hir"][f"recall@{k}"] if hir else None
