@@ -9,7 +9,8 @@ Baselines: time-decayed popularity, item co-occurrence kNN over consecutive pair
 factorisation (``implicit`` ALS), LightGCN (torch_geometric, BPR loss), SASRec trained with full
 cross-entropy over all items, text-only world knowledge (cosine to the mean of the user's item
 vectors), and :class:`EmbeddingScorer` (dot product of given user and item vectors), through which
-any learned embeddings become one more scorer.
+any learned embeddings become one more scorer; :class:`PriorCorrectedScorer` scores contrastive
+embeddings (hir's) for retrieval by adding the item's log prior to the tempered cosine.
 """
 
 from __future__ import annotations
