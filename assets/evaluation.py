@@ -149,8 +149,9 @@ def baselines(context: dg.AssetExecutionContext, artifacts: ArtifactStore, wareh
     owners=OWNERS,
     description=(
         "Future-interaction retrieval on the test window, full ranking: hir (entity embedding cosine "
-        "over the encoder's InfoNCE temperature plus the item's log prior; the plain dot product as "
-        "hir_no_prior; Bag-of-Meaning token overlap) beside every baseline of the same split. "
+        "over the encoder's InfoNCE temperature plus the item's log prior; hir_recent, queried with "
+        "the user's last items; the plain dot product as hir_no_prior; Bag-of-Meaning token overlap) "
+        "beside every baseline of the same split. "
         "Recall@K, NDCG@K, MRR, and the cold-start slice (targets unseen before the cut-off)."
     ),
 )

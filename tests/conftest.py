@@ -35,6 +35,18 @@ def data_home(tmp_path, monkeypatch) -> Path:
     return home
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op torch thread for a module's tiny models (fastest, and fair on a shared
+    machine); the previous count is restored afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def settings(data_home):
     from hir.settings import Settings

@@ -11,7 +11,7 @@ SECTIONS = ("## Retrieval (test window, full ranking)", "## Cold start", "## Ran
 
 
 @pytest.fixture(scope="module")
-def evaluated(tmp_path_factory):
+def evaluated(tmp_path_factory, one_thread):
     """One `hir eval synthetic --json` run (20,000 events, 20 training steps, 1 thread)."""
     from hir.cli import main
 
@@ -22,9 +22,6 @@ def evaluated(tmp_path_factory):
                             "HIR_EVAL_BASELINES": "popularity,cooccurrence,als,text_world_knowledge",
                             "HF_HUB_OFFLINE": "1", "DAGSTER_DISABLE_TELEMETRY": "1"}.items():
             mp.setenv(name, value)
-        import torch
-
-        torch.set_num_threads(1)
         import io
         from contextlib import redirect_stdout
 

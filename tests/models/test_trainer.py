@@ -25,6 +25,8 @@ from hir.models.trainer import (
 
 SAMPLER = SamplerConfig(broad_tokens=24, broad_walkers=12, broad_steps=6, narrow_tokens=8, narrow_walkers=8, narrow_steps=3)
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def tiny_config(**overrides) -> TrainConfig:
     values = dict(steps=8, batch_size=16, coarse=4, fine=8, proj_dim=16, log_every=2, checkpoint_every=100, warmup_steps=2)
@@ -46,7 +48,6 @@ def planted():
 @pytest.fixture(scope="module")
 def trained(planted, tmp_path_factory):
     """One run of 150 steps on the planted graph with 15% of the edges held out."""
-    torch.set_num_threads(1)
     _, graph, _ = planted
     train_graph, held = split_edges(graph, 0.15, seed=0)
     out = tmp_path_factory.mktemp("trained")
@@ -168,7 +169,6 @@ def test_interest_clusters_recover_planted_interests_with_item_content(planted, 
 
     from hir.models.trainer import nested_clusters
 
-    torch.set_num_threads(1)
     events, graph, entity = planted
     gen = torch.Generator().manual_seed(1)
     fine = events.fine[entity]

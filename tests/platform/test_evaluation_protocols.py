@@ -15,12 +15,7 @@ from hir.models.baselines import RandomScorer
 from hir.sources.base import SourceError
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_leave_last_out_is_exactly_last_two():
