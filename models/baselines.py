@@ -297,6 +297,51 @@ class PriorCorrectedScorer(Scorer):
         return self.query(users, history) @ self.item_vectors.T / self.temperature + self.log_prior
 
 
+class EngagementRerankScorer(Scorer):
+    """A retrieval scorer's top ``K`` candidates re-ranked by an engagement head.
+
+    The two stages of serving: ``retrieve`` proposes each user's ``K`` best items, and the head
+    orders them by ``logit(u, i, r, Δ = 0)``, the probability it gives that the user engages with
+    the item as ``edge_type`` now. Every other item keeps the retrieval order, below the candidates,
+    so the result is still a full ranking.
+
+    Args:
+        retrieve: the first-stage scorer (fitted through this one).
+        user_vectors: ``[n_users, d]``; item_vectors: ``[n_items, d]``: the representations the
+            head was trained on.
+        head: a module ``(u [B, 1, d], v [B, K, d], types [B, 1], ages [B, 1]) → logits [B, K]``
+            (:class:`~hir.models.engagement.EngagementHead`).
+        edge_type: the engagement type scored (the target event's type id).
+        candidates: ``K``.
+        name: the scorer's name in reports.
+    """
+
+    name = "engagement_rerank"
+
+    def __init__(self, retrieve: Scorer, user_vectors, item_vectors, head: nn.Module, edge_type: int,
+                 candidates: int = 200, name: str | None = None):
+        self.retrieve, self.head = retrieve, head
+        self.user_vectors = torch.as_tensor(np.asarray(user_vectors), dtype=torch.float32)
+        self.item_vectors = torch.as_tensor(np.asarray(item_vectors), dtype=torch.float32)
+        self.edge_type, self.candidates = edge_type, candidates
+        self.name = name or self.name
+
+    def fit(self, train, validation=None):
+        self.retrieve.fit(train, validation)
+        return self
+
+    def score(self, users, history):
+        base = self.retrieve.score(users, history)
+        top = base.topk(min(self.candidates, base.shape[1]), dim=1).indices
+        u = self.user_vectors[torch.as_tensor(users)].unsqueeze(1)
+        type_and_age = torch.full((len(top), 1), self.edge_type), torch.zeros(len(top), 1)
+        with torch.no_grad():
+            logits = self.head(u, self.item_vectors[top], *type_and_age)
+        # Candidates score >= 0, in the head's order; the rest <= -1, in the retrieval order.
+        out = base - base.max(dim=1, keepdim=True).values - 1
+        return out.scatter_(1, top, logits - logits.min(dim=1, keepdim=True).values)
+
+
 class TextScorer(Scorer):
     """Text-only world knowledge: cosine between an item's text vector and the user's profile.
 

@@ -25,12 +25,12 @@ def time_encoding(age_days: torch.Tensor, dim: int) -> torch.Tensor:
     """``φ(Δ)``: sin/cos of ``log1p(Δ) · ω_j`` for ``dim/2`` frequencies ``ω_j = 2^{j/2}``.
 
     Args:
-        age_days: ``[B]`` non-negative ages in days (negative values are clamped to zero).
-        dim: even output width.
+        age_days: ``[...]`` non-negative ages in days (negative values are clamped to zero).
+        dim: even output width; the result is ``[..., dim]``.
     """
-    x = torch.log1p(age_days.float().clamp_min(0))[:, None]
+    x = torch.log1p(age_days.float().clamp_min(0)).unsqueeze(-1)
     freqs = 2.0 ** (torch.arange(dim // 2, device=x.device, dtype=torch.float32) / 2)
-    return torch.cat([torch.sin(x * freqs), torch.cos(x * freqs)], dim=1)
+    return torch.cat([torch.sin(x * freqs), torch.cos(x * freqs)], dim=-1)
 
 
 class EngagementHead(nn.Module):
@@ -60,11 +60,17 @@ class EngagementHead(nn.Module):
         self.scale = 1.0 / math.sqrt(hidden)
 
     def forward(self, u: torch.Tensor, v: torch.Tensor, edge_type: torch.Tensor, age_days: torch.Tensor) -> torch.Tensor:
-        """Logits ``[B]`` for representations ``u, v`` ``[B, dim]``, types ``[B]`` and ages ``[B]`` (days)."""
+        """Logits ``[...]`` for representations ``u, v`` ``[..., dim]``, types and ages (days) ``[...]``.
+
+        The leading shapes broadcast: ``u`` ``[B, 1, dim]`` against candidates ``v`` ``[B, K, dim]``
+        with types and ages ``[B, 1]`` scores each user's ``K`` candidates.
+        """
         u, v = self.norm(u), self.norm(v)
         gate = 1.0 + self.type_gate(edge_type)
         bilinear = (self.proj_u(u) * self.proj_v(v) * gate).sum(dim=-1) * self.scale
-        features = torch.cat([u * v, (u - v).abs(), self.type_embedding(edge_type), time_encoding(age_days, self.time_dim)], dim=-1)
+        pair = torch.cat([u * v, (u - v).abs()], dim=-1)
+        edge = torch.cat([self.type_embedding(edge_type), time_encoding(age_days, self.time_dim)], dim=-1)
+        features = torch.cat([pair, edge.expand(*pair.shape[:-1], -1)], dim=-1)
         return bilinear + self.mlp(features).squeeze(-1) + self.type_bias(edge_type).squeeze(-1)
 
 

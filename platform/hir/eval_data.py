@@ -10,7 +10,9 @@
   embeddings at ``T``, cosine over the encoder's InfoNCE temperature plus the item's log prior:
   :class:`~hir.models.baselines.PriorCorrectedScorer`), ``hir_recent`` (the same with the user's
   last items' embeddings as the query), ``hir_no_prior`` (the plain dot product, the ablation of
-  the prior) and ``hir_bom`` (Bag-of-Meaning overlap ``Σ_t q_t(u) w_t(i)`` of the
+  the prior), ``hir_engagement`` (``hir``'s top :data:`ENGAGEMENT_CANDIDATES` re-ranked by the
+  encoder's engagement head for the target event type, :class:`~hir.models.baselines.EngagementRerankScorer`)
+  and ``hir_bom`` (Bag-of-Meaning overlap ``Σ_t q_t(u) w_t(i)`` of the
   partition's token bags, the score the BoM index computes).
 """
 
@@ -26,11 +28,12 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from hir.evaluation import TEMPORAL_TARGETS, Split, TemporalTarget, embedding_scorer, popularity_half_life, temporal_split
-from hir.models.baselines import PriorCorrectedScorer
+from hir.models.baselines import EngagementRerankScorer, PriorCorrectedScorer
 from hir.settings import Settings
 from hir.snapshot import window_bounds
 from hir.sources.base import SourceError
 
+ENGAGEMENT_CANDIDATES = 200  # hir_engagement: the candidates the engagement head re-ranks
 RECENT_WEIGHTS = (1.0, 0.5, 0.25)  # hir_recent's query: the user's last items, as the co-occurrence baseline weighs them
 DEFAULT_TARGET = TemporalTarget(frozenset({"purchase", "buy", "conversion"}))
 # amazon_seq: every interaction is a purchase; the user's earlier items are masked (leave-last-out).
@@ -101,6 +104,21 @@ def encoder_temperature(artifacts_dir: Path, partition: str) -> float:
     return float(json.loads(config.read_text(encoding="utf-8"))["train"]["nce_temperature"])
 
 
+def engagement_head(artifacts_dir: Path, partition: str, split: Split):
+    """The partition's trained engagement head and the type id of the split's target event, or
+    ``None`` when the snapshot has no edge of a target type (nothing to score)."""
+    from hir.models.trainer import load_model
+
+    snapshot = json.loads((Path(artifacts_dir) / "graph_snapshot" / partition / "meta.json").read_text(encoding="utf-8"))
+    edge_types = snapshot["edge_types"]
+    wanted = split.info.get("target_events") or sorted(DEFAULT_TARGET.event_types)
+    present = [edge_types.index(t) for t in wanted if t in edge_types]
+    if not present:
+        return None
+    model = load_model(Path(artifacts_dir) / "hir_encoder" / partition, max(1, len(edge_types)))
+    return model.engagement, present[0]
+
+
 def hir_factories(split: Split, artifacts_dir: Path, partition: str, settings: Settings,
                   user_keys: Callable[[np.ndarray], np.ndarray] = lambda k: k,
                   item_keys: Callable[[np.ndarray], np.ndarray] = lambda k: k) -> dict[str, Callable]:
@@ -132,6 +150,13 @@ def hir_factories(split: Split, artifacts_dir: Path, partition: str, settings: S
         factories["hir"] = corrected("hir")
         factories["hir_recent"] = corrected("hir_recent", RECENT_WEIGHTS)
         factories["hir_no_prior"] = lambda: embedding_scorer(mapped, u_keys, u_vec, i_keys, i_vec, "hir_no_prior")
+        engagement = engagement_head(artifacts_dir, partition, split)
+        if engagement is not None:
+            def reranked() -> EngagementRerankScorer:
+                plain = embedding_scorer(mapped, u_keys, u_vec, i_keys, i_vec)
+                return EngagementRerankScorer(factories["hir"](), plain.user_vectors, plain.item_vectors, *engagement,
+                                              candidates=ENGAGEMENT_CANDIDATES, name="hir_engagement")
+            factories["hir_engagement"] = reranked
     if tokens_path.exists():
         all_tokens = pq.read_table(tokens_path, columns=["tokens"]).column("tokens").combine_chunks().flatten()
         vocabulary = {int(t): n for n, t in enumerate(np.unique(all_tokens.to_numpy()))}

@@ -43,7 +43,7 @@ def _numbers(row: dict):
 
 def test_hir_is_scored_beside_the_baselines(evaluated):
     _, report = evaluated
-    assert set(report["hir"]) == {"hir", "hir_recent", "hir_no_prior", "hir_bom"}
+    assert set(report["hir"]) == {"hir", "hir_recent", "hir_no_prior", "hir_engagement", "hir_bom"}
     assert report["recall@10"] == report["hir"]["hir"]["recall@10"]
     assert set(report["baselines"]) == {"popularity", "cooccurrence", "als"}
     for row in [*report["hir"].values(), *report["baselines"].values()]:
@@ -69,7 +69,7 @@ def test_report_holds_every_table_and_figure(evaluated):
     for section in SECTIONS:
         assert section in text, section
     assert text.count("data:image/png;base64,") == 3
-    for scorer in ("hir", "hir_recent", "hir_no_prior", "hir_bom", "popularity", "cooccurrence", "als", "text_world_knowledge"):
+    for scorer in ("hir", "hir_recent", "hir_no_prior", "hir_engagement", "hir_bom", "popularity", "cooccurrence", "als", "text_world_knowledge"):
         assert re.search(rf"^\| {scorer} \| [0-9.]+ \|", text, re.M), scorer
     assert "| prototype_coarse |" in text and "| bom_level_1 |" in text
     assert "Planted coarse-interest agreement of" in text

@@ -126,6 +126,21 @@ def test_prior_corrected_scorer_queries_with_recent_items():
     assert torch.allclose(query[1], torch.tensor([0.6, 0.8]))  # no history: the user's own embedding
 
 
+def test_engagement_rerank_orders_the_candidates_by_the_head_and_keeps_the_rest_below():
+    train = b.Interactions([0], [0], [0.0], 2, 5)
+    retrieve = b.EmbeddingScorer(np.eye(2), np.c_[np.arange(5, 0, -1), np.zeros(5)])  # item 0 ≻ 1 ≻ … for user 0
+
+    class Head(torch.nn.Module):  # prefers the item with the largest last coordinate
+        def forward(self, u, v, edge_type, age):
+            assert u.shape == (2, 1, 5) and v.shape == (2, 3, 5) and edge_type.shape == age.shape == (2, 1)
+            return v.argmax(dim=-1).float()
+
+    scorer = b.EngagementRerankScorer(retrieve, np.eye(2, 5), np.eye(5), Head(), edge_type=3, candidates=3).fit(train)
+    scores = scorer.score(np.array([0, 1]), train)
+    assert torch.argsort(scores[0], descending=True).tolist() == [2, 1, 0, 3, 4]  # top 3 reversed, then 3, 4
+    assert scores[0, :3].min() > scores[0, 3:].max()
+
+
 def test_sequences_and_last_items_follow_time_then_input_order():
     inter = b.Interactions([1, 0, 1, 1, 0], [5, 6, 7, 8, 9], [2.0, 1.0, 1.0, 2.0, 0.0], 3, 10)
     indptr, items = inter.sequences()

@@ -43,6 +43,18 @@ def test_time_encoding_is_bounded_and_distinguishes_ages():
     assert not torch.allclose(enc[1], enc[2])
 
 
+def test_head_broadcasts_a_user_against_its_candidates_as_pair_by_pair():
+    torch.manual_seed(0)
+    head = EngagementHead(8, num_types=3, hidden=8)
+    torch.nn.init.normal_(head.type_gate.weight)
+    u, v = torch.randn(2, 8), torch.randn(2, 5, 8)
+    edge_type, age = torch.tensor([[1], [2]]), torch.tensor([[0.0], [3.0]])
+    broadcast = head(u[:, None], v, edge_type, age)
+    flat = head(u.repeat_interleave(5, 0), v.reshape(10, 8), edge_type.repeat_interleave(5), age.repeat_interleave(5))
+    assert broadcast.shape == (2, 5)
+    assert torch.allclose(broadcast.reshape(-1), flat, atol=1e-6)
+
+
 def test_head_scores_held_out_edges_above_negatives():
     torch.manual_seed(0)
     events = planted_events(users=200, items=120, coarse=4, fine_per_coarse=2, events_per_user=10, p_fine=0.8, p_coarse=0.15)

@@ -13,8 +13,8 @@ training, embeddings, tokens, Feast, evaluation assets) runs on its own data hom
 ``<data home>/eval/<dataset>[_<folder>]`` for the newest complete partition, and the partition's
 entity embeddings score (:func:`hir.eval_data.hir_factories`: ``hir``, the user·item cosine over
 the encoder's InfoNCE temperature plus the item's log prior; ``hir_recent``, the same queried with
-the user's last items; ``hir_no_prior``, the plain dot product; ``hir_bom``, Bag-of-Meaning
-overlap). The encoder's training budget is the pipeline's (``HIR_TRAIN_STEPS``, ``HIR_TRAIN_BATCH``).
+the user's last items; ``hir_no_prior``, the plain dot product; ``hir_engagement``, ``hir``'s top
+candidates re-ranked by the encoder's engagement head; ``hir_bom``, Bag-of-Meaning overlap). The encoder's training budget is the pipeline's (``HIR_TRAIN_STEPS``, ``HIR_TRAIN_BATCH``).
 Temporal data sets are then split at that partition's cut-off (tested on its test window), so hir
 and every baseline see the same split; ``amazon_seq`` keeps the published split, whose training
 part is exactly the snapshot before cut-off 2014-12-31 (the source dates each user's last item
