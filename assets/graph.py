@@ -80,7 +80,7 @@ def _plot(folder, summary) -> dg.MetadataValue:
     check_specs=[
         dg.AssetCheckSpec(
             "no_future_events", asset="graph_snapshot", blocking=True,
-            description="every edge's last_ts < T and the edge counts add up to exactly the events and relations before T",
+            description="every edge's last_ts < T and the edge counts add up to exactly the events, relations and transitions before T",
         ),
         dg.AssetCheckSpec(
             "edge_endpoints_exist", asset="graph_snapshot", blocking=True,
@@ -97,7 +97,7 @@ def graph_snapshot(context: dg.AssetExecutionContext, warehouse: Warehouse, arti
         summary = build_snapshot(con, cutoff, settings, out)
     folder = artifacts.path("graph_snapshot", context.partition_key)
     with warehouse.connect(read_only=True) as con:
-        checks = verify_snapshot(con, folder, cutoff)
+        checks = verify_snapshot(con, folder, cutoff, settings)
     context.log.info(f"snapshot at {cutoff.isoformat()}: {summary.num_nodes} nodes, {summary.num_edges} edges")
     yield dg.MaterializeResult(
         metadata={

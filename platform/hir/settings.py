@@ -28,6 +28,7 @@ DEFAULT_HALF_LIVES = {
     "conversion": 21.0,
     "purchase": 21.0,
     "buy": 21.0,
+    "followed_by": 21.0,
     "rating": 60.0,
     "tag": 60.0,
 }
@@ -87,6 +88,9 @@ class Settings:
     default_half_life_days: float = 14.0
     val_days: float = 1.0
     test_days: float = 1.0
+    # Event types whose consecutive items of one user become followed_by edges (comma-separated;
+    # empty turns them off).
+    sequence_events: str = "purchase,buy,conversion"
 
     # World knowledge.
     text_model: str = "all-MiniLM-L6-v2"
@@ -181,6 +185,10 @@ class Settings:
     @property
     def partition_start_date(self) -> str:
         return self.partition_start or SOURCE_PARTITION_START.get(self.source, "2000-01-01")
+
+    @property
+    def sequence_event_types(self) -> list[str]:
+        return [t.strip() for t in self.sequence_events.split(",") if t.strip()]
 
     def half_life(self, edge_type: str) -> float:
         return float(self.half_life_days.get(edge_type, self.default_half_life_days))

@@ -9,7 +9,15 @@ For a cut-off ``T`` the snapshot holds only events with ``ts < T`` and relations
   (``Settings.half_life``), so an event at ``T - h`` weighs ½ and one at ``T - 2h`` weighs ¼.
 
 A relation valid before ``T`` is an edge of type ``relation`` with count 1, weight 1 and
-``last_ts = valid_from`` (one without ``valid_from`` is in no snapshot; every adapter sets it). The node table holds every entity first seen before ``T`` or touched by
+``last_ts = valid_from`` (one without ``valid_from`` is in no snapshot; every adapter sets it).
+
+Sequences become edges too: for each user and each event type of ``Settings.sequence_events``
+(purchases by default), every event before ``T`` whose predecessor in that user's sequence (by
+``ts``, then ``dst``) was another item adds one transition ``previous item → item`` of type
+``followed_by``, aggregated and decayed like events (at the later event's time). Without them the
+graph knows which users share items but not what follows what.
+
+The node table holds every entity first seen before ``T`` or touched by
 an edge, in ``entity_id`` order (row ``i`` is node ``i``), with
 
 * ``degree``   — the number of edges it is an endpoint of (a self-loop counts twice, as in the
@@ -40,22 +48,35 @@ from hir.settings import Settings
 from hir.storage import write_json
 
 ACTIVITY_DAYS = 7
+FOLLOWED_BY = "followed_by"  # the edge type of sequence transitions
 
 # The half-lives from the settings, registered per call: (edge_type, half_life_days).
 HALF_LIVES = "snapshot_half_lives"
 
 # Edge types over the whole warehouse, so ids are stable across partitions: 0-based id in name
 # order and the half-life in days (the setting's default for a type it does not list).
-EDGE_TYPES = """
+# followed_by is a type whenever sequence events are configured, whether or not any occur yet.
+EDGE_TYPES = f"""
 SELECT t.edge_type,
        row_number() OVER (ORDER BY t.edge_type) - 1 AS edge_type_id,
        coalesce(h.half_life_days, $default_half_life) AS half_life_days
-FROM (SELECT event_type AS edge_type FROM events UNION SELECT relation FROM relations) t
+FROM (SELECT event_type AS edge_type FROM events UNION SELECT relation FROM relations
+      UNION SELECT '{FOLLOWED_BY}' WHERE len(CAST($sequence_events AS VARCHAR[])) > 0) t
 LEFT JOIN snapshot_half_lives h USING (edge_type)
 """
 
+# Transitions before the cut-off: each sequence event whose predecessor (same user and event type)
+# was another item, as (previous item, item, ts of the later event).
+TRANSITIONS = """
+SELECT previous AS src, dst, ts
+FROM (SELECT dst, ts, lag(dst) OVER (PARTITION BY src, event_type ORDER BY ts, dst) AS previous
+      FROM events
+      WHERE ts < $cutoff AND list_contains(CAST($sequence_events AS VARCHAR[]), event_type))
+WHERE previous IS NOT NULL AND previous <> dst
+"""
+
 # One row per event or relation before the cut-off, with its decayed weight; types as ids.
-EDGE_ROWS = """
+EDGE_ROWS = f"""
 SELECT e.src, e.dst, t.edge_type_id, e.ts,
        pow(2.0, (epoch(e.ts) - epoch($cutoff)) / (86400.0 * t.half_life_days)) AS weight
 FROM events e
@@ -67,6 +88,11 @@ FROM relations r
 JOIN snap_edge_types t ON t.edge_type = r.relation
 WHERE r.valid_from < $cutoff
 GROUP BY r.src, r.dst, t.edge_type_id
+UNION ALL
+SELECT q.src, q.dst, t.edge_type_id, q.ts,
+       pow(2.0, (epoch(q.ts) - epoch($cutoff)) / (86400.0 * t.half_life_days))
+FROM ({TRANSITIONS}) q
+JOIN snap_edge_types t ON t.edge_type = '{FOLLOWED_BY}'
 """
 
 # Edges in entity ids: one row per (src, dst, edge_type_id).
@@ -138,7 +164,7 @@ LEFT JOIN snap_nodes d ON d.entity_id = g.dst
 ORDER BY src, dst, edge_type_id
 """
 
-# What the snapshot used: events plus relations (the edge counts), and the newest of them.
+# What the snapshot used: events, relations and transitions (the edge counts), and the newest of them.
 USED = "SELECT coalesce(sum(count), 0), max(last_ts) FROM snap_edges"
 
 # Evaluation windows: validation [T, T + v), test [T + v, T + v + t).
@@ -160,10 +186,11 @@ SELECT count(*) AS edges,
 FROM read_parquet($path)
 """
 
-# What the edge counts must add up to: every event before T plus every distinct relation before T.
-ROWS_BEFORE = """
+# What the edge counts must add up to: every event, distinct relation and transition before T.
+ROWS_BEFORE = f"""
 SELECT (SELECT count(*) FROM events WHERE ts < $cutoff)
      + (SELECT count(*) FROM (SELECT DISTINCT src, dst, relation FROM relations WHERE valid_from < $cutoff))
+     + (SELECT count(*) FROM ({TRANSITIONS}))
 """
 
 WINDOW_FILE_STATS = """
@@ -202,7 +229,8 @@ def prepare_edge_types(con: duckdb.DuckDBPyConnection, settings: Settings) -> No
     """Create the temp table ``snap_edge_types(edge_type, edge_type_id, half_life_days)``.
 
     The half-lives of ``settings.half_life_days`` are registered as a small Arrow table for the
-    join; a type they do not list gets ``settings.default_half_life_days``.
+    join; a type they do not list gets ``settings.default_half_life_days``. ``followed_by`` is a
+    type when ``settings.sequence_events`` names any event type.
     """
     types = sorted(settings.half_life_days)
     table = pa.table(
@@ -215,7 +243,7 @@ def prepare_edge_types(con: duckdb.DuckDBPyConnection, settings: Settings) -> No
     try:
         con.execute(
             f"CREATE OR REPLACE TEMP TABLE snap_edge_types AS {EDGE_TYPES}",
-            {"default_half_life": float(settings.default_half_life_days)},
+            {"default_half_life": float(settings.default_half_life_days), "sequence_events": settings.sequence_event_types},
         )
     finally:
         con.unregister(HALF_LIVES)
@@ -226,20 +254,26 @@ def copy_to_parquet(con: duckdb.DuckDBPyConnection, query: str, path: Path, para
     con.execute(f"COPY ({query}) TO $path (FORMAT parquet)", {**(params or {}), "path": str(path)})
 
 
+def edge_params(cutoff: datetime, settings: Settings) -> dict:
+    """The parameters of :data:`EDGES`, :data:`NAMED_EDGES` and :data:`ROWS_BEFORE`."""
+    return {"cutoff": cutoff, "sequence_events": settings.sequence_event_types}
+
+
 def build_snapshot(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings: Settings, out_dir: str | Path) -> SnapshotSummary:
     """Write ``nodes.parquet``, ``edges.parquet`` and ``meta.json`` for ``cutoff`` into ``out_dir``.
 
     Args:
         con: a connection to the warehouse (read-only is enough; temp tables are used).
         cutoff: the timezone-aware cut-off ``T``; nothing at or after it is used.
-        settings: half-lives (``half_life_days``, ``default_half_life_days``), threads, memory cap.
+        settings: half-lives (``half_life_days``, ``default_half_life_days``), the event types that
+            form sequences (``sequence_events``), threads, memory cap.
         out_dir: an existing folder, normally the scratch folder of ``ArtifactStore.write_partition``.
     """
     out_dir = Path(out_dir)
     configure(con, settings)
     try:
         prepare_edge_types(con, settings)
-        con.execute(f"CREATE OR REPLACE TEMP TABLE snap_edges AS {EDGES}", {"cutoff": cutoff})
+        con.execute(f"CREATE OR REPLACE TEMP TABLE snap_edges AS {EDGES}", edge_params(cutoff, settings))
         con.execute(f"CREATE OR REPLACE TEMP TABLE snap_node_types AS {NODE_TYPES}")
         node_params = {"cutoff": cutoff, "activity_start": cutoff - timedelta(days=ACTIVITY_DAYS)}
         con.execute(f"CREATE OR REPLACE TEMP TABLE snap_nodes AS {NODES}", node_params)
@@ -329,24 +363,26 @@ def _stats(con: duckdb.DuckDBPyConnection, query: str, params: dict) -> dict:
     return dict(zip(names, cur.fetchone()))
 
 
-def verify_snapshot(con: duckdb.DuckDBPyConnection, folder: str | Path, cutoff: datetime) -> dict[str, tuple[bool, dict]]:
+def verify_snapshot(con: duckdb.DuckDBPyConnection, folder: str | Path, cutoff: datetime,
+                    settings: Settings) -> dict[str, tuple[bool, dict]]:
     """Re-read a written snapshot and check it against the warehouse.
 
     Returns ``{check name: (passed, metadata)}`` for
 
     * ``no_future_events``: every edge's ``last_ts < T``, and the edge counts add up to exactly the
-      events before ``T`` plus the distinct relations before ``T`` (so nothing later slipped in);
+      events, distinct relations and transitions before ``T`` (so nothing later slipped in);
     * ``edge_endpoints_exist``: every ``src``/``dst`` is a row of ``nodes.parquet``.
 
     Args:
         con: a connection to the warehouse the snapshot was built from.
         folder: the snapshot folder (``nodes.parquet``, ``edges.parquet``).
         cutoff: the snapshot's cut-off ``T``.
+        settings: the event types that form sequences (``sequence_events``), as the snapshot was built.
     """
     folder = Path(folder)
     num_nodes = con.execute("SELECT count(*) FROM read_parquet(?)", [str(folder / "nodes.parquet")]).fetchone()[0]
     stats = _stats(con, SNAPSHOT_FILE_STATS, {"path": str(folder / "edges.parquet"), "num_nodes": num_nodes})
-    expected = con.execute(ROWS_BEFORE, {"cutoff": cutoff}).fetchone()[0]
+    expected = con.execute(ROWS_BEFORE, edge_params(cutoff, settings)).fetchone()[0]
     newest = stats["max_last_ts"]
     before = newest is None or newest < cutoff.timestamp()
     return {

@@ -30,10 +30,25 @@ def _edges_by_entity(folder) -> dict[tuple[int, int, str], dict]:
     return out
 
 
-def _expected(events, cutoff: datetime, settings: Settings) -> dict[tuple[int, int, str], dict]:
-    """Direct Python aggregation: count, last time and Σ 2^(-(T - ts)/half-life) of events before T."""
-    acc = defaultdict(lambda: {"count": 0, "last_ts": -math.inf, "weight": 0.0})
+def _transitions(events, cutoff: datetime, settings: Settings) -> list[tuple[int, int, str, datetime]]:
+    """``(previous item, item, followed_by, ts)`` for consecutive sequence events of a user before T."""
+    sequences = defaultdict(list)
     for src, dst, kind, ts, _ in events:
+        if ts < cutoff and kind in settings.sequence_event_types:
+            sequences[(src, kind)].append((ts, dst))
+    out = []
+    for sequence in sequences.values():
+        ordered = sorted(sequence)
+        out += [(a, b, "followed_by", ts) for (_, a), (ts, b) in zip(ordered, ordered[1:]) if a != b]
+    return out
+
+
+def _expected(events, cutoff: datetime, settings: Settings) -> dict[tuple[int, int, str], dict]:
+    """Direct Python aggregation: count, last time and Σ 2^(-(T - ts)/half-life) of events and
+    transitions before T."""
+    acc = defaultdict(lambda: {"count": 0, "last_ts": -math.inf, "weight": 0.0})
+    rows = [(src, dst, kind, ts) for src, dst, kind, ts, _ in events] + _transitions(events, cutoff, settings)
+    for src, dst, kind, ts in rows:
         if ts >= cutoff:
             continue
         edge = acc[(src, dst, kind)]
@@ -47,7 +62,7 @@ def _expected(events, cutoff: datetime, settings: Settings) -> dict[tuple[int, i
 event_logs = st.lists(
     st.tuples(
         st.integers(0, 5),  # user
-        st.integers(10, 16),  # item
+        st.integers(10, 13),  # item (few, so sequences revisit items)
         st.sampled_from(TYPES),
         st.integers(0, 10 * 86400),  # seconds after DAY0
     ),
@@ -59,20 +74,22 @@ event_logs = st.lists(
 @given(
     raw=event_logs,
     cut=st.one_of(st.integers(0, 10 * 86400), st.just(None)),
-    half_lives=st.fixed_dictionaries({"click": st.floats(0.5, 30), "view": st.floats(0.5, 30)}),
+    half_lives=st.fixed_dictionaries({"click": st.floats(0.5, 30), "view": st.floats(0.5, 30), "followed_by": st.floats(0.5, 30)}),
     default_half_life=st.floats(0.5, 30),
+    sequence_events=st.sampled_from(["purchase", "purchase,click", ""]),
 )
-def test_no_edge_at_or_after_cutoff_and_weights_match_python(tmp_path_factory, raw, cut, half_lives, default_half_life):
+def test_no_edge_at_or_after_cutoff_and_weights_match_python(tmp_path_factory, raw, cut, half_lives, default_half_life, sequence_events):
     # cut=None puts the cut-off exactly on an event's time (the boundary case), when there is one.
     seconds = cut if cut is not None or not raw else raw[len(raw) // 2][3]
     cutoff = DAY0 + timedelta(seconds=seconds or 0)
     events = [(u, i, k, DAY0 + timedelta(seconds=s), 1.0) for u, i, k, s in raw]
-    settings = Settings.from_env(env={}, half_life_days=half_lives, default_half_life_days=default_half_life, threads=1)
+    settings = Settings.from_env(env={}, half_life_days=half_lives, default_half_life_days=default_half_life,
+                                 sequence_events=sequence_events, threads=1)
     out = tmp_path_factory.mktemp("snap")
     with connect(":memory:") as con:
         fill(con, events)
         build_snapshot(con, cutoff, settings, out)
-        checks = verify_snapshot(con, out, cutoff)
+        checks = verify_snapshot(con, out, cutoff, settings)
 
     got = _edges_by_entity(out)
     want = _expected(events, cutoff, settings)
@@ -121,9 +138,31 @@ def test_snapshot_of_tiny_warehouse(tiny, tmp_path):
     assert summary.rows_used == 6 and summary.num_nodes == 5 and summary.num_edges == 5
 
     graph = load_snapshot(tmp_path)  # the torch view agrees with the node table
-    assert graph.edge_types == ["click", "in_category", "purchase", "view"]
+    assert graph.edge_types == ["click", "followed_by", "in_category", "purchase", "view"]
     assert graph.csr.degree().tolist() == [n["degree"] for n in nodes]
     assert graph.cutoff == cutoff.timestamp()
+
+
+def test_sequences_become_followed_by_edges_before_the_cutoff_only(tmp_path):
+    at = [DAY0 + timedelta(days=d) for d in range(5)]
+    events = [(1, 10, "purchase", at[0], 1.0), (1, 11, "purchase", at[1], 1.0), (1, 11, "purchase", at[2], 1.0),
+              (1, 10, "purchase", at[3], 1.0), (1, 12, "purchase", at[4], 1.0),  # the last one is at T
+              (2, 10, "purchase", at[1], 1.0), (2, 11, "view", at[2], 1.0), (2, 11, "purchase", at[3], 1.0)]
+    for sequence_events, want in (("purchase", {(10, 11), (11, 10)}), ("", set())):
+        settings = Settings.from_env(env={}, threads=1, sequence_events=sequence_events)
+        out = tmp_path / (sequence_events or "off")
+        out.mkdir()
+        with connect(":memory:") as con:
+            fill(con, events)
+            build_snapshot(con, at[4], settings, out)
+            checks = verify_snapshot(con, out, at[4], settings)
+        edges = {k: e for k, e in _edges_by_entity(out).items() if k[2] == "followed_by"}
+        assert {(a, b) for a, b, _ in edges} == want
+        if want:  # 10→11 by both users (the repeat 11, 11 is no transition); 11→10 once, at day 3
+            assert edges[(10, 11, "followed_by")]["count"] == 2
+            assert edges[(11, 10, "followed_by")]["last_ts"] == at[3].timestamp()
+        assert ("followed_by" in load_snapshot(out).edge_types) == bool(want)
+        assert all(passed for passed, _ in checks.values()), checks
 
 
 def test_windows_are_chronological_and_split(tiny, tmp_path):
@@ -150,11 +189,12 @@ def _rewrite(path, column: str, index: int, value) -> None:
 def test_checks_fail_on_a_future_edge_and_a_missing_endpoint(tiny, tmp_path):
     cutoff = DAY0 + timedelta(days=4)
     with connect(tiny, read_only=True) as con:
-        build_snapshot(con, cutoff, Settings.from_env(env={}, threads=1), tmp_path)
-        assert all(p for p, _ in verify_snapshot(con, tmp_path, cutoff).values())
+        settings = Settings.from_env(env={}, threads=1)
+        build_snapshot(con, cutoff, settings, tmp_path)
+        assert all(p for p, _ in verify_snapshot(con, tmp_path, cutoff, settings).values())
         _rewrite(tmp_path / "edges.parquet", "last_ts", 0, cutoff.timestamp())
         _rewrite(tmp_path / "edges.parquet", "dst", 1, 99)
-        checks = verify_snapshot(con, tmp_path, cutoff)
+        checks = verify_snapshot(con, tmp_path, cutoff, settings)
     assert not checks["no_future_events"][0]
     assert not checks["edge_endpoints_exist"][0]
     assert checks["edge_endpoints_exist"][1]["bad_endpoints"] == 1
@@ -184,10 +224,10 @@ def test_taobao_snapshot_has_nothing_on_or_after_the_cutoff_day(tmp_path):
         load_batch(con, read_source("taobao_userbehavior", csv, settings))
         later = con.execute("SELECT count(*) FROM events WHERE ts >= ?", [cutoff]).fetchone()[0]
         summary = build_snapshot(con, cutoff, settings, tmp_path)
-        checks = verify_snapshot(con, tmp_path, cutoff)
+        checks = verify_snapshot(con, tmp_path, cutoff, settings)
     assert later > 0  # the file does hold events on and after the cut-off day
     edges = pq.read_table(tmp_path / "edges.parquet")
     assert max(edges.column("last_ts").to_pylist()) < cutoff.timestamp()
-    assert set(edges.column("edge_type").to_pylist()) == {"pv", "cart", "fav", "buy", "in_category"}
+    assert set(edges.column("edge_type").to_pylist()) == {"pv", "cart", "fav", "buy", "in_category", "followed_by"}
     assert summary.num_edges == edges.num_rows > 0
     assert all(passed for passed, _ in checks.values()), checks

@@ -2,13 +2,14 @@
 
 `hir bench snapshot --events N` writes a synthetic event log of ``N`` events once (untimed), then
 times, in this process and on the same file, the aggregation the ``graph_snapshot`` asset runs:
-read the events, keep ``ts < T``, aggregate per ``(src, dst, event_type)`` into count, first and
-last time and decayed weight ``Σ 2^(-(T - ts)/half_life)``, and write the edges as Parquet.
+read the events, keep ``ts < T``, add each user's purchase-to-purchase transitions (``followed_by``,
+see :mod:`hir.snapshot`), aggregate per ``(src, dst, event_type)`` into count, first and last time
+and decayed weight ``Σ 2^(-(T - ts)/half_life)``, and write the edges as Parquet.
 
 * DuckDB runs :data:`hir.snapshot.EDGES` — the very SQL of the asset — over a view of the file
   (after building the edge-type table with its half-lives, as the asset does).
-* pandas runs what a user would write: ``read_parquet``, a boolean filter, ``map`` for the
-  half-lives, ``groupby(...).agg(...)``, ``to_parquet``.
+* pandas runs what a user would write: ``read_parquet``, a boolean filter, a sort and ``shift``
+  for the transitions, ``map`` for the half-lives, ``groupby(...).agg(...)``, ``to_parquet``.
 
 Both outputs are compared (sorted; counts and times equal, weights ``allclose``) before the
 figures are reported. Each side runs ``--repeat`` times, alternating; the fastest run counts.
@@ -95,7 +96,7 @@ def duckdb_edges(events_path: Path, out_path: Path, settings: Settings) -> None:
     """The asset's edge SQL (:data:`~hir.snapshot.NAMED_EDGES`) over the Parquet log, written with ``COPY``."""
     import duckdb
 
-    from hir.snapshot import NAMED_EDGES, configure, copy_to_parquet, prepare_edge_types
+    from hir.snapshot import NAMED_EDGES, configure, copy_to_parquet, edge_params, prepare_edge_types
 
     con = duckdb.connect()
     try:
@@ -104,7 +105,7 @@ def duckdb_edges(events_path: Path, out_path: Path, settings: Settings) -> None:
         con.read_parquet(str(events_path)).create_view("events")
         con.execute("CREATE TABLE relations (src BIGINT, dst BIGINT, relation VARCHAR, valid_from TIMESTAMPTZ)")
         prepare_edge_types(con, settings)
-        copy_to_parquet(con, NAMED_EDGES, out_path, {"cutoff": CUTOFF})
+        copy_to_parquet(con, NAMED_EDGES, out_path, edge_params(CUTOFF, settings))
     finally:
         con.close()
 
@@ -113,8 +114,15 @@ def pandas_edges(events_path: Path, out_path: Path, settings: Settings) -> None:
     """The same aggregation as a pandas user writes it."""
     import pandas as pd
 
+    from hir.snapshot import FOLLOWED_BY
+
     df = pd.read_parquet(events_path)
     df = df[df["ts"] < CUTOFF]
+    seq = df[df["event_type"].isin(settings.sequence_event_types)].sort_values(["src", "event_type", "ts", "dst"])
+    previous = seq.shift()
+    follows = (seq["src"] == previous["src"]) & (seq["event_type"] == previous["event_type"]) & (seq["dst"] != previous["dst"])
+    transitions = seq[follows].assign(src=previous.loc[follows, "dst"].astype("int64"), event_type=FOLLOWED_BY)
+    df = pd.concat([df, transitions], ignore_index=True)
     half_life = df["event_type"].map(dict(settings.half_life_days)).fillna(settings.default_half_life_days)
     age_days = (CUTOFF - df["ts"]).dt.total_seconds() / 86400.0
     df = df.assign(weight=np.exp2(-age_days / half_life))

@@ -37,6 +37,7 @@ def test_both_sides_write_the_same_edges(data_home, tmp_path):
     assert bench.same_edges(tmp_path / "d.parquet", tmp_path / "p.parquet")
     edges = pq.read_table(tmp_path / "d.parquet").to_pandas()
     assert (edges["last_ts"] < bench.CUTOFF).all() and edges["count"].sum() < 3000
+    assert (edges["edge_type"] == "followed_by").any()  # the transitions are compared too
 
     # A single changed weight is caught.
     changed = pd.read_parquet(tmp_path / "p.parquet")
