@@ -151,20 +151,23 @@ def baselines(context: dg.AssetExecutionContext, artifacts: ArtifactStore, wareh
         "Future-interaction retrieval on the test window, full ranking: hir (entity embedding cosine "
         "over the encoder's InfoNCE temperature plus the item's log prior; hir_recent, queried with "
         "the user's last items; the plain dot product as hir_no_prior; hir's top 200 re-ranked by the "
-        "engagement head as hir_engagement; Bag-of-Meaning token overlap) "
+        "engagement head as hir_engagement; where SASRec runs, SASRec started from hir's item embeddings "
+        "as hir_seq; Bag-of-Meaning token overlap) "
         "beside every baseline of the same split. "
         "Recall@K, NDCG@K, MRR, and the cold-start slice (targets unseen before the cut-off)."
     ),
 )
 def retrieval_eval(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse) -> dg.MaterializeResult:
     from hir.eval_data import hir_factories
-    from hir.evaluation import run_scorers
+    from hir.evaluation import run_scorers, sasrec_config
 
     settings = Settings.from_env()
     partition = context.partition_key
     base = _read_json(artifacts, "baselines", partition)
     split = _split(warehouse, partition, settings)
-    factories = hir_factories(split, Path(artifacts.root), partition, settings)
+    # hir_seq runs where the SASRec baseline does, with its configuration
+    sequence = (lambda: sasrec_config(settings.seed, settings.eval_max_epochs or None)) if "sasrec" in base["results"] else None
+    factories = hir_factories(split, Path(artifacts.root), partition, settings, sequence_config=sequence)
     if "hir" not in factories:
         raise SourceError(f"entity_embeddings {partition} is missing; materialise it first")
     hir = run_scorers(split, factories, KS, context.log.info) if len(split.test.users) else {}

@@ -574,14 +574,35 @@ class SASRecScorer(Scorer):
     Training input per user: its training sequence ``s``, positions ``s[:-1]`` predicting
     ``s[1:]`` (the last ``max_len`` of them); loss ``-log softmax(h_t E^T)[s_{t+1}]`` over all
     items. Scoring conditions on the last ``max_len`` items of the history.
+
+    With ``item_init`` the shared item table ``E`` starts from given representations instead of
+    ``N(0, 1/d)``: row ``i`` becomes ``x_i / ‖x_i‖`` (unit rows have the default's per-coordinate
+    scale ``1/√d``); an all-zero row (an item without a representation) keeps its random start.
+    Everything else — architecture, seed, epochs, early stopping — is the plain model's, so the
+    two differ only in where the items start.
+
+    Args:
+        config: model and optimisation settings.
+        item_init: ``[n_items, hidden]`` starting item vectors, or ``None``.
+        name: the scorer's name in reports.
     """
 
     name = "sasrec"
 
-    def __init__(self, config: SASRecConfig | None = None):
+    def __init__(self, config: SASRecConfig | None = None, item_init=None, name: str | None = None):
         self.config = config or SASRecConfig()
+        self.item_init = None if item_init is None else torch.as_tensor(np.asarray(item_init), dtype=torch.float32)
+        self.name = name or self.name
         self.model: SASRecModule | None = None
         self.epochs_run = 0
+
+    def _start_items(self) -> None:
+        rows = self.item_init
+        if rows.shape != self.model.item.weight[1:].shape:
+            raise ValueError(f"item_init is {tuple(rows.shape)}, the item table {tuple(self.model.item.weight[1:].shape)}")
+        present = rows.norm(dim=1) > 0
+        with torch.no_grad():
+            self.model.item.weight[1:][present] = nn.functional.normalize(rows[present], dim=1)
 
     def _tokens(self, history: Interactions, users: np.ndarray, length: int) -> torch.Tensor:
         return torch.as_tensor(last_items(history, users, length) + 1)
@@ -591,6 +612,8 @@ class SASRecScorer(Scorer):
         torch.manual_seed(cfg.seed)
         rng = np.random.default_rng(cfg.seed)
         self.model = SASRecModule(train.n_items, self.config)
+        if self.item_init is not None:
+            self._start_items()
         optimiser = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         counts = np.bincount(train.users, minlength=train.n_users)
         users = np.flatnonzero(counts >= 2)

@@ -11,8 +11,9 @@
   :class:`~hir.models.baselines.PriorCorrectedScorer`), ``hir_recent`` (the same with the user's
   last items' embeddings as the query), ``hir_no_prior`` (the plain dot product, the ablation of
   the prior), ``hir_engagement`` (``hir``'s top :data:`ENGAGEMENT_CANDIDATES` re-ranked by the
-  encoder's engagement head for the target event type, :class:`~hir.models.baselines.EngagementRerankScorer`)
-  and ``hir_bom`` (Bag-of-Meaning overlap ``Σ_t q_t(u) w_t(i)`` of the
+  encoder's engagement head for the target event type, :class:`~hir.models.baselines.EngagementRerankScorer`),
+  ``hir_seq`` (where the run trains SASRec: the same sequence model with its item table started
+  from hir's item embeddings, so the pair measures what hir's representation adds to it) and ``hir_bom`` (Bag-of-Meaning overlap ``Σ_t q_t(u) w_t(i)`` of the
   partition's token bags, the score the BoM index computes).
 """
 
@@ -28,7 +29,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from hir.evaluation import TEMPORAL_TARGETS, Split, TemporalTarget, embedding_scorer, popularity_half_life, temporal_split
-from hir.models.baselines import EngagementRerankScorer, PriorCorrectedScorer
+from hir.models.baselines import EngagementRerankScorer, PriorCorrectedScorer, SASRecScorer
 from hir.settings import Settings
 from hir.snapshot import window_bounds
 from hir.sources.base import SourceError
@@ -121,7 +122,8 @@ def engagement_head(artifacts_dir: Path, partition: str, split: Split):
 
 def hir_factories(split: Split, artifacts_dir: Path, partition: str, settings: Settings,
                   user_keys: Callable[[np.ndarray], np.ndarray] = lambda k: k,
-                  item_keys: Callable[[np.ndarray], np.ndarray] = lambda k: k) -> dict[str, Callable]:
+                  item_keys: Callable[[np.ndarray], np.ndarray] = lambda k: k,
+                  sequence_config: Callable | None = None) -> dict[str, Callable]:
     """Constructors of hir's scorers on ``split`` from one partition's artefacts.
 
     Args:
@@ -129,6 +131,9 @@ def hir_factories(split: Split, artifacts_dir: Path, partition: str, settings: S
             ``hir_encoder`` and ``bom_tokens`` of ``partition``; ``hir_bom`` is left out without
             tokens); settings: the half-life of the item prior (as the popularity baseline's);
         user_keys, item_keys: map the split's keys to the entities' source keys (identity by default).
+        sequence_config: builds the run's :class:`~hir.models.baselines.SASRecConfig` (the SASRec
+            baseline's, :func:`hir.evaluation.sasrec_config`) for ``hir_seq``; ``None`` leaves
+            ``hir_seq`` out. Its width becomes the embeddings' when they differ.
     """
     item_type = split.info.get("item_type", "product")
     embeddings_path = Path(artifacts_dir) / "entity_embeddings" / partition / "embeddings.parquet"
@@ -157,6 +162,13 @@ def hir_factories(split: Split, artifacts_dir: Path, partition: str, settings: S
                 return EngagementRerankScorer(factories["hir"](), plain.user_vectors, plain.item_vectors, *engagement,
                                               candidates=ENGAGEMENT_CANDIDATES, name="hir_engagement")
             factories["hir_engagement"] = reranked
+        if sequence_config is not None:
+            def sequence() -> SASRecScorer:
+                config = sequence_config()
+                config.hidden = i_vec.shape[1]
+                items = embedding_scorer(mapped, u_keys, u_vec, i_keys, i_vec).item_vectors
+                return SASRecScorer(config, item_init=items, name="hir_seq")
+            factories["hir_seq"] = sequence
     if tokens_path.exists():
         all_tokens = pq.read_table(tokens_path, columns=["tokens"]).column("tokens").combine_chunks().flatten()
         vocabulary = {int(t): n for n, t in enumerate(np.unique(all_tokens.to_numpy()))}

@@ -327,6 +327,24 @@ def popularity_half_life(split: Split, settings) -> float | None:
     return settings.half_life(split.info["target_events"][0]) * DAY
 
 
+def bounded(config, seed: int, max_epochs: int | None):
+    """A neural scorer's :class:`~hir.models.baselines.TrainConfig` with the run's seed and epoch bound."""
+    config.seed = seed
+    if max_epochs is not None:
+        config.max_epochs = max_epochs
+    return config
+
+
+def sasrec_config(seed: int, max_epochs: int | None):
+    """The SASRec configuration of a run: the baseline's and hir_seq's, so the two differ only in
+    where their item table starts."""
+    from hir.models.baselines import SASRecConfig
+
+    config = SASRecConfig()
+    config.train = bounded(config.train, seed, max_epochs)
+    return config
+
+
 def baseline_factories(split: Split, settings, seed: int, names: Iterable[str],
                        max_epochs: int | None = None) -> tuple[dict[str, Callable[[], Scorer]], dict[str, str]]:
     """Constructors of the chosen baselines for ``split``, and ``{name: reason}`` for those skipped.
@@ -338,26 +356,15 @@ def baseline_factories(split: Split, settings, seed: int, names: Iterable[str],
     """
     from hir.models import baselines as b
 
-    def bounded(config: b.TrainConfig) -> b.TrainConfig:
-        config.seed = seed
-        if max_epochs is not None:
-            config.max_epochs = max_epochs
-        return config
-
     def text_scorer() -> Scorer:
         return b.TextScorer(item_text_vectors(split.item_text, settings))
-
-    def sasrec() -> Scorer:
-        config = b.SASRecConfig()
-        config.train = bounded(config.train)
-        return b.SASRecScorer(config)
 
     available = {
         "popularity": lambda: b.PopularityScorer(popularity_half_life(split, settings)),
         "cooccurrence": b.CooccurrenceScorer,
         "als": lambda: b.ALSScorer(seed=seed, threads=settings.threads),
-        "lightgcn": lambda: b.LightGCNScorer(config=bounded(b.LightGCNScorer.default_config())),
-        "sasrec": sasrec,
+        "lightgcn": lambda: b.LightGCNScorer(config=bounded(b.LightGCNScorer.default_config(), seed, max_epochs)),
+        "sasrec": lambda: b.SASRecScorer(sasrec_config(seed, max_epochs)),
         "text_world_knowledge": text_scorer,
     }
     skipped = {}

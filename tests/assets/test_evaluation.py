@@ -27,7 +27,7 @@ def evaluated(tmp_path_factory, one_thread):
 
         out = io.StringIO()
         with redirect_stdout(out):
-            code = main(["eval", "synthetic", "--json", "--baselines", "popularity,cooccurrence,als"])
+            code = main(["eval", "synthetic", "--json", "--baselines", "popularity,cooccurrence,als,sasrec", "--max-epochs", "1"])
     assert code == 0
     report = json.loads(out.getvalue().strip().splitlines()[-1])
     return home, report
@@ -43,9 +43,10 @@ def _numbers(row: dict):
 
 def test_hir_is_scored_beside_the_baselines(evaluated):
     _, report = evaluated
-    assert set(report["hir"]) == {"hir", "hir_recent", "hir_no_prior", "hir_engagement", "hir_bom"}
+    assert set(report["hir"]) == {"hir", "hir_recent", "hir_no_prior", "hir_engagement", "hir_seq", "hir_bom"}
     assert report["recall@10"] == report["hir"]["hir"]["recall@10"]
-    assert set(report["baselines"]) == {"popularity", "cooccurrence", "als"}
+    assert set(report["baselines"]) == {"popularity", "cooccurrence", "als", "sasrec"}
+    assert report["hir"]["hir_seq"]["epochs"] == report["baselines"]["sasrec"]["epochs"] == 1
     for row in [*report["hir"].values(), *report["baselines"].values()]:
         assert row["queries"] > 0 and row["queries"] == report["protocol"]["test_queries"]
         for key, value in _numbers(row):

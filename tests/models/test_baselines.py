@@ -141,6 +141,21 @@ def test_engagement_rerank_orders_the_candidates_by_the_head_and_keeps_the_rest_
     assert scores[0, :3].min() > scores[0, 3:].max()
 
 
+def test_sasrec_item_table_starts_from_given_vectors_and_is_otherwise_the_plain_model():
+    train = b.Interactions([0, 0, 0, 1, 1], [0, 1, 2, 1, 2], [0.0, 1.0, 2.0, 0.0, 1.0], 2, 4)
+    config = b.SASRecConfig(max_len=4, hidden=4, layers=1)
+    config.train.max_epochs = 0  # the starting tables, untrained
+    init = np.zeros((4, 4))
+    init[1] = [3.0, 0.0, 4.0, 0.0]  # item 1 has a representation, the others none
+    started = b.SASRecScorer(config, item_init=init, name="hir_seq").fit(train).model.item.weight
+    plain = b.SASRecScorer(config).fit(train).model.item.weight
+    assert torch.allclose(started[2], torch.tensor([0.6, 0.0, 0.8, 0.0]))  # token = item + 1, unit row
+    others = [0, 1, 3, 4]  # padding and the items without a vector keep the seeded random start
+    assert torch.equal(started[others], plain[others]) and not torch.equal(started[2], plain[2])
+    with pytest.raises(ValueError, match="item_init"):
+        b.SASRecScorer(config, item_init=np.ones((4, 3))).fit(train)
+
+
 def test_sequences_and_last_items_follow_time_then_input_order():
     inter = b.Interactions([1, 0, 1, 1, 0], [5, 6, 7, 8, 9], [2.0, 1.0, 1.0, 2.0, 0.0], 3, 10)
     indptr, items = inter.sequences()

@@ -14,7 +14,9 @@ training, embeddings, tokens, Feast, evaluation assets) runs on its own data hom
 entity embeddings score (:func:`hir.eval_data.hir_factories`: ``hir``, the user·item cosine over
 the encoder's InfoNCE temperature plus the item's log prior; ``hir_recent``, the same queried with
 the user's last items; ``hir_no_prior``, the plain dot product; ``hir_engagement``, ``hir``'s top
-candidates re-ranked by the encoder's engagement head; ``hir_bom``, Bag-of-Meaning overlap). The encoder's training budget is the pipeline's (``HIR_TRAIN_STEPS``, ``HIR_TRAIN_BATCH``).
+candidates re-ranked by the encoder's engagement head; ``hir_seq``, with ``sasrec`` among the
+baselines, SASRec whose item table starts from hir's item embeddings; ``hir_bom``, Bag-of-Meaning
+overlap). The encoder's training budget is the pipeline's (``HIR_TRAIN_STEPS``, ``HIR_TRAIN_BATCH``).
 Temporal data sets are then split at that partition's cut-off (tested on its test window), so hir
 and every baseline see the same split; ``amazon_seq`` keeps the published split, whose training
 part is exactly the snapshot before cut-off 2014-12-31 (the source dates each user's last item
@@ -100,8 +102,9 @@ def evaluate_dataset(dataset: str, path: str | None, settings, seed: int, baseli
     if pipeline is not None:
         from hir.eval_data import hir_factories
 
+        sequence = (lambda: evaluation.sasrec_config(seed, max_epochs)) if "sasrec" in baselines else None
         hir_scorers = hir_factories(split, pipeline["settings"].artifacts_dir, pipeline["partition"],
-                                    pipeline["settings"], *key_maps)
+                                    pipeline["settings"], *key_maps, sequence_config=sequence)
         hir = evaluation.run_scorers(split, hir_scorers, ks, _progress)
     for k in ks:
         report[f"recall@{k}"] = hir["hir"][f"recall@{k}"] if hir else None
