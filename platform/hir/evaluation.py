@@ -327,6 +327,12 @@ def popularity_half_life(split: Split, settings) -> float | None:
     return settings.half_life(split.info["target_events"][0]) * DAY
 
 
+def beating_every_baseline(hir: dict[str, dict], baselines: dict[str, dict], metrics=("recall@10", "ndcg@10")) -> list[str]:
+    """The hir scorers strictly above every baseline on every one of ``metrics`` (rows of :func:`run_scorers`)."""
+    return sorted(name for name, row in hir.items()
+                  if all(row[m] > other[m] for other in baselines.values() for m in metrics))
+
+
 def bounded(config, seed: int, max_epochs: int | None):
     """A neural scorer's :class:`~hir.models.baselines.TrainConfig` with the run's seed and epoch bound."""
     config.seed = seed

@@ -47,6 +47,7 @@ def test_hir_is_scored_beside_the_baselines(evaluated):
     assert report["recall@10"] == report["hir"]["hir"]["recall@10"]
     assert set(report["baselines"]) == {"popularity", "cooccurrence", "als", "sasrec"}
     assert report["hir"]["hir_seq"]["epochs"] == report["baselines"]["sasrec"]["epochs"] == 1
+    assert set(report["hir_scorers_beating_every_baseline"]) <= set(report["hir"])
     for row in [*report["hir"].values(), *report["baselines"].values()]:
         assert row["queries"] > 0 and row["queries"] == report["protocol"]["test_queries"]
         for key, value in _numbers(row):

@@ -147,6 +147,14 @@ def write_tiny_beauty(folder, users=80, items=60, seed=0):
     (folder / "Beauty.txt").write_text("\n".join(lines) + "\n")
 
 
+def test_beating_every_baseline_needs_both_metrics_strictly_above_each():
+    baselines = {"a": {"recall@10": 0.2, "ndcg@10": 0.1}, "b": {"recall@10": 0.1, "ndcg@10": 0.2}}
+    hir = {"hir": {"recall@10": 0.3, "ndcg@10": 0.3}, "hir_recent": {"recall@10": 0.3, "ndcg@10": 0.2},
+           "hir_bom": {"recall@10": 0.15, "ndcg@10": 0.25}}
+    assert evaluation.beating_every_baseline(hir, baselines) == ["hir"]  # a tie is not a win
+    assert evaluation.beating_every_baseline(hir, {}) == ["hir", "hir_bom", "hir_recent"]
+
+
 def test_hir_eval_amazon_seq_end_to_end(tmp_path, data_home, capsys):
     from hir.cli import main
 

@@ -112,6 +112,7 @@ def evaluate_dataset(dataset: str, path: str | None, settings, seed: int, baseli
     report["hir"] = hir if hir else "not run"
     report["baselines"] = results
     report["best_baseline"] = max(results, key=lambda b: results[b][f"ndcg@{ks[-1]}"]) if results else None
+    report["hir_scorers_beating_every_baseline"] = evaluation.beating_every_baseline(hir, results) if hir else []
     report["skipped"] = skipped
     if pipeline is not None:
         report["rankers"] = _rankers(pipeline)
