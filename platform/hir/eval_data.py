@@ -13,8 +13,9 @@
   the prior), ``hir_engagement`` (``hir``'s top :data:`ENGAGEMENT_CANDIDATES` re-ranked by the
   encoder's engagement head for the target event type, :class:`~hir.models.baselines.EngagementRerankScorer`),
   ``hir_seq`` (where the run trains SASRec: the same sequence model with its item table started
-  from hir's item embeddings, so the pair measures what hir's representation adds to it) and ``hir_bom`` (Bag-of-Meaning overlap ``Σ_t q_t(u) w_t(i)`` of the
-  partition's token bags, the score the BoM index computes).
+  from hir's item embeddings, so the pair measures what hir's representation adds to it) and
+  ``hir_bom`` (Bag-of-Meaning overlap ``Σ_t q_t(u) w_t(i)`` of the partition's token bags, the
+  score the BoM index computes).
 """
 
 from __future__ import annotations
@@ -140,33 +141,28 @@ def hir_factories(split: Split, artifacts_dir: Path, partition: str, settings: S
     tokens_path = Path(artifacts_dir) / "bom_tokens" / partition / "tokens.parquet"
     factories = {}
     if embeddings_path.exists():
-        mapped = _mapped(split, user_keys, item_keys)
         u_keys, u_vec = read_entity_vectors(embeddings_path, "user")
         i_keys, i_vec = read_entity_vectors(embeddings_path, item_type)
+        # the embeddings in the split's row order (zero rows for users and items without one)
+        plain = embedding_scorer(_mapped(split, user_keys, item_keys), u_keys, u_vec, i_keys, i_vec, "hir_no_prior")
+        users, items = plain.user_vectors, plain.item_vectors
         temperature = encoder_temperature(artifacts_dir, partition)
         half_life = popularity_half_life(split, settings)
 
         def corrected(name: str, recent_weights=None) -> Callable[[], PriorCorrectedScorer]:
-            def make() -> PriorCorrectedScorer:
-                plain = embedding_scorer(mapped, u_keys, u_vec, i_keys, i_vec)
-                return PriorCorrectedScorer(plain.user_vectors, plain.item_vectors, temperature, half_life, name, recent_weights)
-            return make
+            return lambda: PriorCorrectedScorer(users, items, temperature, half_life, name, recent_weights)
 
         factories["hir"] = corrected("hir")
         factories["hir_recent"] = corrected("hir_recent", RECENT_WEIGHTS)
-        factories["hir_no_prior"] = lambda: embedding_scorer(mapped, u_keys, u_vec, i_keys, i_vec, "hir_no_prior")
+        factories["hir_no_prior"] = lambda: plain
         engagement = engagement_head(artifacts_dir, partition, split)
         if engagement is not None:
-            def reranked() -> EngagementRerankScorer:
-                plain = embedding_scorer(mapped, u_keys, u_vec, i_keys, i_vec)
-                return EngagementRerankScorer(factories["hir"](), plain.user_vectors, plain.item_vectors, *engagement,
-                                              candidates=ENGAGEMENT_CANDIDATES, name="hir_engagement")
-            factories["hir_engagement"] = reranked
+            factories["hir_engagement"] = lambda: EngagementRerankScorer(
+                factories["hir"](), users, items, *engagement, candidates=ENGAGEMENT_CANDIDATES, name="hir_engagement")
         if sequence_config is not None:
             def sequence() -> SASRecScorer:
                 config = sequence_config()
-                config.hidden = i_vec.shape[1]
-                items = embedding_scorer(mapped, u_keys, u_vec, i_keys, i_vec).item_vectors
+                config.hidden = items.shape[1]
                 return SASRecScorer(config, item_init=items, name="hir_seq")
             factories["hir_seq"] = sequence
     if tokens_path.exists():

@@ -333,6 +333,12 @@ def beating_every_baseline(hir: dict[str, dict], baselines: dict[str, dict], met
                   if all(row[m] > other[m] for other in baselines.values() for m in metrics))
 
 
+def headline_scorer(protocol: dict, hir: dict[str, dict]) -> str:
+    """The hir scorer whose figures head a report: ``hir_seq`` on the leave-last-out protocol, whose
+    task is the next item of a sequence, when it ran (with the SASRec baseline); ``hir`` otherwise."""
+    return "hir_seq" if protocol.get("protocol") == "leave_last_out" and "hir_seq" in hir else "hir"
+
+
 def bounded(config, seed: int, max_epochs: int | None):
     """A neural scorer's :class:`~hir.models.baselines.TrainConfig` with the run's seed and epoch bound."""
     config.seed = seed

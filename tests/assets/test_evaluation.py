@@ -44,7 +44,7 @@ def _numbers(row: dict):
 def test_hir_is_scored_beside_the_baselines(evaluated):
     _, report = evaluated
     assert set(report["hir"]) == {"hir", "hir_recent", "hir_no_prior", "hir_engagement", "hir_seq", "hir_bom"}
-    assert report["recall@10"] == report["hir"]["hir"]["recall@10"]
+    assert report["headline"] == "hir" and report["recall@10"] == report["hir"]["hir"]["recall@10"]
     assert set(report["baselines"]) == {"popularity", "cooccurrence", "als", "sasrec"}
     assert report["hir"]["hir_seq"]["epochs"] == report["baselines"]["sasrec"]["epochs"] == 1
     assert set(report["hir_scorers_beating_every_baseline"]) <= set(report["hir"])

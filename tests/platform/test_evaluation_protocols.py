@@ -155,6 +155,13 @@ def test_beating_every_baseline_needs_both_metrics_strictly_above_each():
     assert evaluation.beating_every_baseline(hir, {}) == ["hir", "hir_bom", "hir_recent"]
 
 
+def test_headline_is_the_sequence_scorer_on_leave_last_out_only():
+    rows = {"hir": {}, "hir_seq": {}}
+    assert evaluation.headline_scorer({"protocol": "leave_last_out"}, rows) == "hir_seq"
+    assert evaluation.headline_scorer({"protocol": "temporal"}, rows) == "hir"
+    assert evaluation.headline_scorer({"protocol": "leave_last_out"}, {"hir": {}}) == "hir"  # no SASRec run
+
+
 def test_hir_eval_amazon_seq_end_to_end(tmp_path, data_home, capsys):
     from hir.cli import main
 
@@ -163,7 +170,7 @@ def test_hir_eval_amazon_seq_end_to_end(tmp_path, data_home, capsys):
     assert code == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["dataset"] == "amazon_beauty" and report["seed"] == 3
-    assert report["hir"] == "not run" and report["recall@10"] is None
+    assert report["hir"] == "not run" and report["recall@10"] is None and report["headline"] is None
     assert set(report["baselines"]) == {"popularity", "cooccurrence", "als", "lightgcn", "sasrec"}
     assert report["skipped"] == {"text_world_knowledge": "the source has no item text"}
     for figures in report["baselines"].values():
