@@ -111,8 +111,10 @@ def engagement_head(artifacts_dir: Path, partition: str, split: Split):
     ``None`` when the snapshot has no edge of a target type (nothing to score)."""
     from hir.models.trainer import load_model
 
-    snapshot = json.loads((Path(artifacts_dir) / "graph_snapshot" / partition / "meta.json").read_text(encoding="utf-8"))
-    edge_types = snapshot["edge_types"]
+    meta = Path(artifacts_dir) / "graph_snapshot" / partition / "meta.json"
+    if not meta.exists():
+        raise SourceError(f"graph_snapshot {partition} has no meta.json at {meta}; materialise it first")
+    edge_types = json.loads(meta.read_text(encoding="utf-8"))["edge_types"]
     wanted = split.info.get("target_events") or sorted(DEFAULT_TARGET.event_types)
     present = [edge_types.index(t) for t in wanted if t in edge_types]
     if not present:
