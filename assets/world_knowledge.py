@@ -10,7 +10,8 @@ CLIP weights it materialises with zero rows and says why.
 ``world_knowledge`` writes ``<artifacts>/world_knowledge/_all/world_knowledge.parquet``
 (``entity_id BIGINT, vector fixed_size_list<float32>[d], has_text BOOL, has_image BOOL,
 model VARCHAR``; one L2-normalised row per entity with usable content) and ``meta.json`` — the
-contract the encoder reads. The fusion scheme is ``normalise([MiniLM ; normalise(mean of CLIP
+contract the encoder reads; without any text or image vector it is empty (dimension 0) and its
+metadata says why. The fusion scheme is ``normalise([MiniLM ; normalise(mean of CLIP
 image and CLIP text)])`` with missing blocks zero and flagged; see :func:`hir.embedding_store.fuse`.
 
 All three hold the DuckDB file while they run, so they use the ``duckdb_writer`` pool: DuckDB lets
@@ -25,6 +26,8 @@ from hir.resources import ArtifactStore, Warehouse
 GROUP = "world_knowledge"
 _PREVIEW_ROWS = 10
 _LISTED_FAILURES = 50
+EMPTY_REASON = ("no content has text or a readable image (e.g. an event log without a catalogue), "
+                "so training and serving go on without world knowledge")
 
 
 def _progress(context: dg.AssetExecutionContext, what: str):
@@ -112,18 +115,21 @@ def image_embeddings(context: dg.AssetExecutionContext, warehouse: Warehouse, im
 
 
 def _image_metadata(con, report) -> dict:
-    """Image counts, the skipped files with their reasons, and a preview, for ``image_embeddings``."""
-    from hir.embedding_store import known_image_failures
+    """Image counts, the skipped files with their reasons, and a preview, for ``image_embeddings``
+    (all empty while the table does not exist: no content has had text or an image yet)."""
+    from hir.embedding_store import CLIP_TABLE, known_image_failures, table_exists
 
-    images, texts = con.execute(
-        "SELECT count(image_vector), count(text_vector) FROM image_embeddings WHERE model = ?", [report.model]
-    ).fetchone()
+    images, texts, rows = 0, 0, []
+    if table_exists(con, CLIP_TABLE):
+        images, texts = con.execute(
+            "SELECT count(image_vector), count(text_vector) FROM image_embeddings WHERE model = ?", [report.model]
+        ).fetchone()
+        rows = con.execute(
+            "SELECT c.entity_id, c.image_uri, i.image_vector, i.image_error FROM image_embeddings i "
+            "JOIN content c USING (content_hash) WHERE i.model = ? ORDER BY c.entity_id LIMIT ?",
+            [report.model, _PREVIEW_ROWS],
+        ).fetchall()
     failures = known_image_failures(con, report.model)
-    rows = con.execute(
-        "SELECT c.entity_id, c.image_uri, i.image_vector, i.image_error FROM image_embeddings i "
-        "JOIN content c USING (content_hash) WHERE i.model = ? ORDER BY c.entity_id LIMIT ?",
-        [report.model, _PREVIEW_ROWS],
-    ).fetchall()
     skipped = _md_table(["image_uri", "reason"], failures[:_LISTED_FAILURES]) if failures else "no skipped images"
     if len(failures) > _LISTED_FAILURES:
         skipped += f"\n\n… and {len(failures) - _LISTED_FAILURES} more"
@@ -181,6 +187,9 @@ def world_knowledge(
     }
     if fused.table.num_rows >= 3 and fused.dimension >= 2:
         metadata["map"] = _map(fused.table, fused.dimension)
+    if not fused.dimension:
+        metadata["empty_because"] = dg.MetadataValue.text(EMPTY_REASON)
+        context.log.warning(f"world_knowledge is empty: {EMPTY_REASON}")
     return dg.MaterializeResult(metadata=metadata)
 
 

@@ -49,8 +49,10 @@ def _cmd_ui(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     prepare(settings)
     workspace = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "workspace.yaml")
-    cmd = ["dagster", "dev", "-w", workspace, "-h", args.host or settings.ui_host, "-p", str(args.port or settings.ui_port)]
-    print(f"hir ui: http://{args.host or settings.ui_host}:{args.port or settings.ui_port} (DAGSTER_HOME={os.environ['DAGSTER_HOME']})")
+    host, port = args.host or settings.ui_host, str(args.port or settings.ui_port)
+    # `python -m dagster` of this interpreter: the environment's bin folder need not be on PATH.
+    cmd = [sys.executable, "-m", "dagster", "dev", "-w", workspace, "-h", host, "-p", port]
+    print(f"hir ui: http://{host}:{port} (DAGSTER_HOME={os.environ['DAGSTER_HOME']})", flush=True)
     return subprocess.call(cmd)
 
 

@@ -24,7 +24,8 @@ vectors)`` (or a zero block when it has neither), the world-knowledge vector is
 block exists in a run only when ``image_embeddings`` holds vectors for the current CLIP model, so
 the dimension ``d_text (+ d_clip)`` is the same for every row of a run. Zero blocks never pass
 silently: ``has_text`` and ``has_image`` say which modalities are present, and an entity with no
-usable modality gets no row.
+usable modality gets no row. Data without content (an event log alone) fuses to an empty table of
+dimension 0, and training goes on without world knowledge.
 """
 
 from __future__ import annotations
@@ -273,7 +274,7 @@ class Fused:
     Attributes:
         table: ``entity_id BIGINT, vector fixed_size_list<float32>[d], has_text, has_image, model``.
         dimension: ``d``.
-        model: the fused model id (text and, when used, CLIP model ids).
+        model: the fused model id (text and, when used, CLIP model ids; ``none`` without vectors).
         without_vector: entities with content but no usable modality (no row in ``table``).
     """
 
@@ -299,6 +300,8 @@ def fuse(con: duckdb.DuckDBPyConnection, text_model: str | None, clip_model: str
     d_text = _block_dimension(con, TEXT_TABLE, text_model, "vector")
     d_clip = max(_block_dimension(con, CLIP_TABLE, clip_model, "image_vector"),
                  _block_dimension(con, CLIP_TABLE, clip_model, "text_vector"))
+    if not d_text + d_clip:
+        return _nothing_to_fuse(con)
     models = [m for m, d in ((text_model, d_text), (clip_model, d_clip)) if d]
     model = "fused(" + ",".join(f"{k}={m}" for k, m, d in (("text", text_model, d_text), ("clip", clip_model, d_clip)) if d) + ")"
     frame = _arrow(con, _fuse_query(d_text, d_clip), models)
@@ -316,6 +319,20 @@ def fuse(con: duckdb.DuckDBPyConnection, text_model: str | None, clip_model: str
         "model": pa.array([model] * int(keep.sum()), pa.string()),
     })
     return Fused(table, d_text + d_clip, model, int((~keep).sum()))
+
+
+def _nothing_to_fuse(con: duckdb.DuckDBPyConnection) -> Fused:
+    """No vector of any block (no content, or none with text or a readable image): an empty table
+    of dimension 0 (``fixed_size_list<float32>[0]``, as Arrow cannot build rows of width 0)."""
+    with_content = con.execute("SELECT count(DISTINCT entity_id) FROM content").fetchone()[0]
+    table = pa.table({
+        "entity_id": pa.array([], pa.int64()),
+        "vector": pa.array([], pa.list_(pa.float32(), 0)),
+        "has_text": pa.array([], pa.bool_()),
+        "has_image": pa.array([], pa.bool_()),
+        "model": pa.array([], pa.string()),
+    })
+    return Fused(table, 0, "none", int(with_content))
 
 
 def _fuse_query(d_text: int, d_clip: int) -> str:

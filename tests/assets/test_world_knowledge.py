@@ -168,3 +168,21 @@ def test_model_change_re_embeds_everything_and_missing_weights_fall_back_to_text
     rows = read_world_knowledge(settings)
     assert 8 not in rows and not any(r["has_image"] for r in rows.values())
     assert rows[1]["model"] == "fused(text=sentence-transformers/all-MiniLM-L6-v2)"
+
+
+def test_content_without_text_or_image_gives_empty_world_knowledge_and_says_why(settings, tmp_path):
+    import torch
+
+    from hir.assets.world_knowledge import EMPTY_REASON
+    from hir.models.trainer import read_world_knowledge as read_for_training
+
+    config, weights, _ = write_tiny_clip(tmp_path / "clip")
+    upsert_content(settings, [(1, None, None), (2, "", "")])  # an event log's entities: no catalogue
+    meta = run(settings, {"config": str(config), "weights": str(weights)})
+    assert meta["text_embeddings"]["total"] == meta["image_embeddings"]["total"] == 0
+    fused = meta["world_knowledge"]
+    assert (fused["dimension"], fused["dagster/row_count"], fused["without_usable_content"]) == (0, 0, 2)
+    assert fused["empty_because"] == EMPTY_REASON and "map" not in fused
+    path = settings.artifacts_dir / "world_knowledge" / "_all" / "world_knowledge.parquet"
+    assert pq.read_table(path).num_rows == 0
+    assert read_for_training(path, torch.arange(3)) is None  # the encoder trains without world knowledge
