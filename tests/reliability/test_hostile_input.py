@@ -2,11 +2,13 @@
 data, never executed, never an unexpected exception, and accepted + rejected = read always."""
 
 import json
+import random
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
-from hir.bench.faults import ADAPTERS, HOSTILE, SQL_LIKE, Mutation, fuzz, hostile_case
+from hir.bench import faults
+from hir.bench.faults import ADAPTERS, HOSTILE, SQL_LIKE, Mutation, fuzz, fuzz_rows, hostile_case, mutate_row
 from hir.settings import Settings
 from hir.sources import read_source
 from hir.sources.base import SourceError
@@ -46,6 +48,28 @@ def test_seeded_fuzz_has_no_crashes(tmp_path):
     assert stats["fuzz_cases"] == 20
     assert stats["crashes"] == 0 and stats["rows_lost"] == 0 and stats["not_verbatim"] == 0
     assert stats["refused"] + stats["read"] == 20
+
+
+def test_generated_rows_are_read_and_accounted_in_every_adapter(tmp_path):
+    stats = fuzz_rows(220, seed=4, workdir=tmp_path, batch_rows=20)
+    assert stats["row_batches"] == 11  # one batch per counted file of every adapter
+    assert stats["row_cases"] == stats["read"] + stats["refused"] == 220
+    assert stats["crashes"] == 0 and stats["rows_lost"] == 0
+
+
+def test_a_row_swallowed_by_the_reader_counts_as_lost(tmp_path, monkeypatch):
+    # An opening quote makes the CSV reader join the following lines into one row.
+    monkeypatch.setattr(faults, "mutate_row", lambda line, sep, rng: line + sep + '"x')
+    stats = fuzz_rows(40, seed=0, workdir=tmp_path, batch_rows=20)  # Toys.txt (not CSV), then events.csv
+    assert stats["crashes"] == 0 and stats["rows_lost"] > 0
+
+
+def test_mutated_rows_stay_one_line_and_vary():
+    rng = random.Random(0)
+    rows = [mutate_row("1,10,100,pv,1511600000", ",", rng) for _ in range(300)]
+    assert not any(c in row for row in rows for c in '"\r\n')
+    assert len(set(rows)) > 150 and "1,10,100,pv,1511600000" in rows  # duplicates of valid rows too
+    assert any(len(row) > 1000 for row in rows) and any(row.count(",") != 4 for row in rows)
 
 
 def _csv_input(folder, users, titles):

@@ -15,6 +15,11 @@ Three parts, each also used by ``tests/reliability``:
   when the read is refused with a one-line :class:`~hir.sources.base.SourceError`, or when it
   yields a batch with ``accepted + rejected = read`` that loads into a fresh warehouse with the
   hostile value stored verbatim (as data or as a rejected row's raw text) and every table intact.
+* **Generated rows.** Valid rows of every counted file of every adapter, mutated (:func:`mutate_row`:
+  wrong types, bad timestamps, unusual Unicode, empty, huge, extra or missing fields, duplicates,
+  truncated lines), are appended to a valid input in batches (:func:`fuzz_rows`); every batch must
+  read and load with each row counted (read = valid rows + appended rows = accepted + rejected),
+  and a refused batch is split until each refused row stands alone.
 * **Load.** Clients call ``get_online_features`` in threads while a second partition is
   materialised (:func:`online_load`); every answer must be the old or the new vector of its key.
 """
@@ -25,6 +30,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -277,10 +283,15 @@ def compare(reference: dict[str, Any], got: dict[str, Any]) -> list[str]:
 
 @dataclass(frozen=True)
 class Adapter:
-    """A source kind with a builder of a small valid input: ``build(folder) -> path to read``."""
+    """A source kind with a builder of a small valid input: ``build(folder) -> path to read``.
+
+    ``row_files``: the delimited files of that input whose every line (after a header) the adapter
+    counts as one row read.
+    """
 
     kind: str
     build: Callable[[Path], Path]
+    row_files: tuple[str, ...]
 
 
 def _write(folder: Path, files: dict[str, str]) -> None:
@@ -357,11 +368,11 @@ def _csv(folder: Path) -> Path:
 
 
 ADAPTERS = {
-    "taobao_userbehavior": Adapter("taobao_userbehavior", _userbehavior),
-    "taobao_ads": Adapter("taobao_ads", _taobao_ads),
-    "movielens": Adapter("movielens", _movielens),
-    "amazon_seq": Adapter("amazon_seq", _amazon),
-    "csv": Adapter("csv", _csv),
+    "taobao_userbehavior": Adapter("taobao_userbehavior", _userbehavior, ("ub.csv",)),
+    "taobao_ads": Adapter("taobao_ads", _taobao_ads, ("ad_feature.csv", "behavior_log.csv", "raw_sample.csv", "user_profile.csv")),
+    "movielens": Adapter("movielens", _movielens, ("movies.csv", "ratings.csv", "tags.csv")),
+    "amazon_seq": Adapter("amazon_seq", _amazon, ("Toys.txt",)),
+    "csv": Adapter("csv", _csv, ("events.csv", "items.csv")),
 }
 
 
@@ -538,6 +549,124 @@ def fuzz(cases: int, seed: int, workdir: Path) -> dict[str, int]:
     return stats
 
 
+# ---------------------------------------------------------------------------------- generated rows
+
+# Values a mutated field takes: of the wrong type, impossible times, unusual text, very long.
+WRONG_TYPES = ("abc", "1.5", "-1", "NaN", "inf", "-inf", "1e309", "0x1F", "true", " 7 ", "١٢٣", "NULL", "None",
+               "9223372036854775808", "-9223372036854775809", "1_000", "+3", "00012")
+BAD_TIMES = ("-1", "0", "99999999999999999999", "1e20", "2024-13-45T25:61:00", "1511600000.999999", "nan",
+             "4102444800", "-62135596800", "1970-01-01", "253402300800")
+UNICODE = ("😀", "\u202e", "\u200b", "\ufeff", "é", "ß", "中文", "e\u0301", "\x00", "\x1b[31m", "\u2028", "\U0010ffff", "Ω≈ç√")
+_TIMESTAMP = re.compile(r"\d{9,10}(\.\d+)?")
+
+
+def _field(fields: list[str], rng: random.Random, prefer: re.Pattern | None = None) -> int:
+    """A random field index, among those matching ``prefer`` when any does."""
+    matching = [i for i, f in enumerate(fields) if prefer and prefer.fullmatch(f)]
+    return rng.choice(matching) if matching else rng.randrange(len(fields))
+
+
+def _set(fields: list[str], i: int, value: str) -> list[str]:
+    return fields[:i] + [value] + fields[i + 1:]
+
+
+# Each takes the fields of a valid row and the RNG and returns the mutated fields.
+ROW_MUTATORS: dict[str, Callable[[list[str], random.Random], list[str]]] = {
+    "wrong_type": lambda f, r: _set(f, _field(f, r), r.choice(WRONG_TYPES)),
+    "bad_timestamp": lambda f, r: _set(f, _field(f, r, _TIMESTAMP), r.choice(BAD_TIMES)),
+    "empty_field": lambda f, r: _set(f, _field(f, r), ""),
+    "all_empty": lambda f, r: [""] * len(f),
+    "unicode": lambda f, r: (lambda i: _set(f, i, r.choice(("", f[i])) + r.choice(UNICODE)))(_field(f, r)),
+    "huge": lambda f, r: _set(f, _field(f, r), r.choice("9x") * r.randint(1_000, 100_000)),
+    "hostile": lambda f, r: _set(f, _field(f, r), r.choice(HOSTILE)),
+    "padded": lambda f, r: (lambda i: _set(f, i, r.choice((" ", "\t")) + f[i] + " "))(_field(f, r)),
+    "extra_field": lambda f, r: f + [r.choice(WRONG_TYPES)],
+    "missing_field": lambda f, r: f[:-1],
+    "duplicate": lambda f, r: f,
+}
+
+
+def mutate_row(line: str, sep: str, rng: random.Random) -> str:
+    """``line`` (a valid row) after one to three mutations from :data:`ROW_MUTATORS`, or cut short.
+
+    Quotes and line breaks become other characters, so the result stays one physical line (the
+    whole-input cases of :func:`fuzz` cover those).
+    """
+    fields = line.split(sep)
+    for name in rng.sample(sorted(ROW_MUTATORS), rng.randint(1, 3)):
+        fields = ROW_MUTATORS[name](fields, rng) or [""]
+    row = sep.join(fields)
+    if rng.random() < 0.1:  # a truncated line
+        row = row[: rng.randrange(len(row) + 1)]
+    return row.replace('"', "'").replace("\r", " ").replace("\n", " ")
+
+
+def _row_batch(kind: str, name: str, rows: list[str], workdir: Path, base_rows: int) -> dict[str, int]:
+    """Read the adapter's valid input with ``rows`` appended to its file ``name``, then load it.
+
+    A refused read (one-line :class:`SourceError`) is split in halves until each refused row is
+    alone. Returns ``read``/``refused`` row counts and ``rows_lost``: rows neither counted as read
+    nor refused (``base_rows`` + appended rows − rows read). Anything else raises.
+    """
+    from hir.settings import Settings
+    from hir.sources import read_source
+    from hir.sources.base import SourceError
+
+    folder = Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=workdir))
+    path = ADAPTERS[kind].build(folder / "input")
+    with open(folder / "input" / name, "a", encoding="utf-8") as handle:
+        handle.write("".join(row + "\n" for row in rows))
+    try:
+        batch = read_source(kind, path, Settings.from_env({"HIR_DATA_HOME": str(folder / "home")}))
+    except SourceError as exc:
+        if "\n" in str(exc).strip() or not str(exc).strip():
+            raise AssertionError(f"{kind}: refusal is not one line: {exc!r}") from exc
+        if len(rows) == 1:
+            return {"read": 0, "refused": 1, "rows_lost": 0}
+        halves = [_row_batch(kind, name, part, workdir, base_rows) for part in (rows[: len(rows) // 2], rows[len(rows) // 2:])]
+        return {key: sum(h[key] for h in halves) for key in halves[0]}
+    batch.check_accounting()
+    _load_and_check(batch, folder / "home" / "warehouse.duckdb", None)
+    return {"read": len(rows), "refused": 0, "rows_lost": abs(base_rows + len(rows) - batch.rows_read)}
+
+
+def fuzz_rows(cases: int, seed: int, workdir: Path, batch_rows: int = 50) -> dict[str, int]:
+    """``cases`` generated rows (:func:`mutate_row` of the valid rows of every counted file of every
+    adapter), appended ``batch_rows`` at a time to one file of a valid input, read and loaded.
+
+    Returns ``row_cases``, ``row_batches``, ``read``/``refused`` rows, ``crashes`` (batches that
+    raised anything but a one-line refusal) and ``rows_lost``.
+    """
+    from hir.settings import Settings
+    from hir.sources import read_source
+
+    rng = random.Random(seed)
+    targets = [(kind, name) for kind in sorted(ADAPTERS) for name in ADAPTERS[kind].row_files]
+    valid, base_rows = {}, {}
+    for kind in sorted(ADAPTERS):
+        folder = Path(tempfile.mkdtemp(prefix=f"valid-{kind}-", dir=workdir))
+        path = ADAPTERS[kind].build(folder / "input")
+        base_rows[kind] = read_source(kind, path, Settings.from_env({"HIR_DATA_HOME": str(folder)})).rows_read
+        for name in ADAPTERS[kind].row_files:
+            valid[kind, name] = (folder / "input" / name).read_text(encoding="utf-8").splitlines()
+    stats = {"row_cases": 0, "row_batches": 0, "read": 0, "refused": 0, "crashes": 0, "rows_lost": 0}
+    for n, start in enumerate(range(0, cases, batch_rows)):
+        kind, name = targets[n % len(targets)]
+        sep = _sep(Path(name))
+        rows = [mutate_row(rng.choice(valid[kind, name]), sep, rng) for _ in range(min(batch_rows, cases - start))]
+        stats["row_cases"] += len(rows)
+        stats["row_batches"] += 1
+        try:
+            outcome = _row_batch(kind, name, rows, workdir, base_rows[kind])
+        except Exception as exc:  # a crash is what this benchmark counts
+            stats["crashes"] += 1
+            print(f"crash: {kind} {name} rows: {type(exc).__name__}: {str(exc)[:200]}", file=sys.stderr)
+            continue
+        for key, value in outcome.items():
+            stats[key] += value
+    return stats
+
+
 # ------------------------------------------------------------------------------------------- load
 
 
@@ -652,7 +781,8 @@ def online_load(data_home: Path, clients: int = 8, seconds: float = 10.0, seed: 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", default=",".join(KILL_STEPS),
                         help="steps to kill in, one kill each, in this order (comma-separated; empty: no kills)")
-    parser.add_argument("--fuzz-cases", type=int, default=200, help="hostile input cases over all adapters")
+    parser.add_argument("--fuzz-cases", type=int, default=200, help="hostile whole-input cases over all adapters")
+    parser.add_argument("--row-cases", type=int, default=1000, help="generated hostile rows over every adapter's files")
     parser.add_argument("--clients", type=int, default=8, help="concurrent online readers")
     parser.add_argument("--seconds", type=float, default=10.0, help="duration of the online read load")
     parser.add_argument("--seed", type=int, default=0)
@@ -703,13 +833,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "kills": 0, "recovered": 0, "outputs_equal": None, "embeddings_bit_equal": None, "differences": []}
         (work / "fuzz").mkdir()
         fuzzed = fuzz(args.fuzz_cases, args.seed, work / "fuzz")
+        rows = fuzz_rows(args.row_cases, args.seed, work / "fuzz")
         (work / "load").mkdir()
         load = online_load(work / "load", args.clients, args.seconds, args.seed)
     return {
         "kills": killed["kills"], "recovered": killed["recovered"], "outputs_equal": killed["outputs_equal"],
         "embeddings_bit_equal": killed["embeddings_bit_equal"],
-        "fuzz_cases": fuzzed["fuzz_cases"], "refused": fuzzed["refused"], "read": fuzzed["read"],
-        "not_verbatim": fuzzed["not_verbatim"], "crashes": fuzzed["crashes"], "rows_lost": fuzzed["rows_lost"],
+        "fuzz_cases": fuzzed["fuzz_cases"] + rows["row_cases"], "input_cases": fuzzed["fuzz_cases"],
+        "row_cases": rows["row_cases"], "row_batches": rows["row_batches"],
+        "refused": fuzzed["refused"] + rows["refused"], "read": fuzzed["read"] + rows["read"],
+        "not_verbatim": fuzzed["not_verbatim"], "crashes": fuzzed["crashes"] + rows["crashes"],
+        "rows_lost": fuzzed["rows_lost"] + rows["rows_lost"],
         "lookups": load["lookups"], "lookup_errors": load["lookup_errors"], "mixed_answers": load["mixed_answers"],
         "new_seen": load["new_seen"], "differences": killed["differences"][:5],
         "seconds": round(time.perf_counter() - started, 1),
