@@ -10,6 +10,7 @@ import torch
 from hir.models.attention import BiasedSelfAttention, TokenStructure, tree_distance
 from hir.models.encoder import EncoderConfig, HIREncoder, gather_wk
 from hir.models.graph import TemporalGraph, build_csr
+from hir.models.hashing import hash64
 from hir.models.sampler import SamplerConfig, View, ViewSampler
 
 CONFIG = EncoderConfig(dim=32, layers=2, heads=4, dropout=0.0, num_node_types=3, num_edge_types=2, hash_buckets=512, wk_dim=8)
@@ -126,32 +127,62 @@ def test_padding_content_is_ignored(encoder, view, wk_table):
         assert torch.allclose(encoder(noisy, wk), encoder(view, wk), atol=1e-6)
 
 
-def test_unseen_entity_gets_a_finite_embedding_from_hash_and_world_knowledge(graph, view, wk_table):
-    torch.manual_seed(1)
-    model = HIREncoder(CONFIG)
-    optimiser = torch.optim.Adam(model.parameters(), lr=1e-2)
-    wk, has = gather_wk(view, *wk_table)
-    for _ in range(3):  # "training" touches only the ids of this view
-        optimiser.zero_grad()
-        model(view, wk, has_wk=has).square().mean().backward()
-        optimiser.step()
-    model.eval()
-    seen = set(view.entity_id.flatten().tolist())
-    fresh = [(1 << 50) + 17, (1 << 50) + 18]
-    assert not seen & set(fresh)
-    outs = []
-    for entity, vector in ((fresh[0], None), (fresh[1], None), (fresh[0], torch.randn(CONFIG.wk_dim))):
-        anchor = dataclasses.replace(view, entity_id=view.entity_id.clone())
-        anchor.entity_id[:, 0] = entity
-        wk_anchor = wk.clone()
-        wk_anchor[:, 0] = 0.0 if vector is None else vector
-        with torch.no_grad():
-            outs.append(model(anchor, wk_anchor))
-        assert torch.isfinite(outs[-1]).all()
-    hashed = model.node.hashed_id(torch.tensor(fresh))
-    assert torch.isfinite(hashed).all() and hashed.norm(dim=-1).min() > 0
-    assert not torch.allclose(outs[0], outs[1])  # different ids → different hashed vectors
-    assert not torch.allclose(outs[0], outs[2])  # world knowledge enters the representation
+def _anchored(view: View, wk: torch.Tensor, ids: torch.Tensor, anchor_wk: torch.Tensor | None) -> tuple[View, torch.Tensor, torch.Tensor]:
+    """Copies of view 0, one per id of ``ids``, whose anchor has that id and world knowledge
+    ``anchor_wk[i]`` (None: none); the neighbourhood is the same in every copy."""
+    rows = torch.zeros(ids.numel(), dtype=torch.long)
+    copy = View(**{f.name: getattr(view, f.name)[rows].clone() for f in dataclasses.fields(view)})
+    copy.entity_id[:, 0] = ids
+    wk_copy, has = wk[rows].clone(), ~copy.pad
+    wk_copy[:, 0] = 0.0 if anchor_wk is None else anchor_wk
+    has[:, 0] = anchor_wk is not None
+    return copy, wk_copy, has
+
+
+def _nearest(encoder: HIREncoder, view: View, wk: torch.Tensor, known, probes) -> list[int]:
+    """For each probe anchor ``(ids, wk)``, the index of the nearest known anchor's embedding."""
+    with torch.no_grad():
+        known_emb, probe_emb = (encoder(v, w, has_wk=h) for v, w, h in (_anchored(view, wk, *known), _anchored(view, wk, *probes)))
+    assert torch.isfinite(probe_emb).all()
+    return torch.cdist(probe_emb, known_emb).argmin(dim=1).tolist()
+
+
+def _near_collisions(seeds: torch.Tensor, buckets: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``count`` pairs of ids ≥ 2⁵⁰ (never in the graph): the two ids of a pair hash to the same
+    buckets under every seed but the last; no bucket is shared between pairs."""
+    ids = torch.randint(1 << 50, 1 << 51, (60_000,), generator=torch.Generator().manual_seed(5))
+    rows = hash64(ids.unsqueeze(-1), seeds) % buckets
+    key = rows[:, :-1] @ (buckets ** torch.arange(seeds.numel() - 1))
+    order = torch.argsort(key, stable=True)
+    first, second, used = [], [], set()
+    for a, b in zip(order[:-1].tolist(), order[1:].tolist()):
+        touched = set(rows[a].tolist()) | set(rows[b].tolist())
+        if key[a] == key[b] and rows[a, -1] != rows[b, -1] and not touched & used:
+            first.append(ids[a]), second.append(ids[b])
+            used |= touched
+        if len(first) == count:
+            return torch.stack(first), torch.stack(second)
+    raise AssertionError("too few near-collisions among the candidate ids")
+
+
+def test_unseen_entity_lands_next_to_the_entity_sharing_its_world_knowledge(encoder, view, wk_table):
+    """An unseen id with entity i's world-knowledge vector is nearest to entity i among six known
+    entities that differ only in id and world knowledge (same neighbourhood)."""
+    wk = gather_wk(view, *wk_table)[0]
+    vectors = torch.randn(6, CONFIG.wk_dim, generator=torch.Generator().manual_seed(6))
+    known = torch.arange(6) + 1000
+    unseen = torch.arange(6) + (1 << 50)
+    assert not set(unseen.tolist()) & set(view.entity_id.flatten().tolist())
+    assert _nearest(encoder, view, wk, (known, vectors), (unseen, vectors)) == list(range(6))
+
+
+def test_unseen_entity_lands_next_to_the_entity_sharing_its_hashed_rows(encoder, view, wk_table):
+    """An unseen id that shares all but one hashed-id row with entity i (and none with the others)
+    is nearest to entity i; none of them has world knowledge, so only the hashed id tells them apart."""
+    wk = gather_wk(view, *wk_table)[0]
+    known, unseen = _near_collisions(encoder.node.seeds, CONFIG.hash_buckets, 6)
+    assert not torch.equal(encoder.node.hashed_id(known), encoder.node.hashed_id(unseen))
+    assert _nearest(encoder, view, wk, (known, None), (unseen, None)) == list(range(6))
 
 
 def test_tree_distance_and_dense_bias():
