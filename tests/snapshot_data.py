@@ -52,10 +52,15 @@ def fill(con: duckdb.DuckDBPyConnection, events, relations=(), types: dict[int, 
     con.register("t_entities", entities)
     con.execute("INSERT INTO entities SELECT entity_id, entity_type, source_key, first_seen, NULL FROM t_entities")
     con.unregister("t_entities")
-    if events:
-        con.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?)", [list(e) for e in events])
+    add_events(con, events)
     if relations:
         con.executemany("INSERT INTO relations VALUES (?, ?, ?, ?)", [list(r) for r in relations])
+
+
+def add_events(con: duckdb.DuckDBPyConnection, events) -> None:
+    """Insert ``(src, dst, event_type, ts, value)`` rows into ``events`` (their entities must exist)."""
+    if events:
+        con.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?)", [list(e) for e in events])
 
 
 def tiny_warehouse(path) -> None:

@@ -66,6 +66,8 @@ class Settings:
     threads: int = max(1, os.cpu_count() or 1)
     # DuckDB memory cap for the heavy queries (graph snapshots, benchmarks); it spills past this.
     duckdb_memory_limit: str = "4GB"
+    # Where DuckDB spills past that cap (empty: <data home>/tmp/duckdb).
+    duckdb_temp_directory: str = ""
     seed: int = 0
 
     # Source: a built-in kind and, for the real-data kinds, a file or folder.
@@ -91,6 +93,9 @@ class Settings:
     # Event types whose consecutive items of one user become followed_by edges (comma-separated;
     # empty turns them off).
     sequence_events: str = "purchase,buy,conversion"
+    # Advance the previous partition's edge state by the new day's events instead of re-reading the
+    # whole log (false: every snapshot is a full rebuild). See hir.snapshot.
+    snapshot_incremental: bool = True
 
     # World knowledge.
     text_model: str = "all-MiniLM-L6-v2"

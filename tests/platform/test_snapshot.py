@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
-from snapshot_data import DAY0, fill, tiny_warehouse
+from snapshot_data import DAY0, add_events, fill, tiny_warehouse
 
 from conftest import shared_data
 from hir.models.graph import load_snapshot
@@ -231,3 +231,119 @@ def test_taobao_snapshot_has_nothing_on_or_after_the_cutoff_day(tmp_path):
     assert set(edges.column("edge_type").to_pylist()) == {"pv", "cart", "fav", "buy", "in_category", "followed_by"}
     assert summary.num_edges == edges.num_rows > 0
     assert all(passed for passed, _ in checks.values()), checks
+
+
+def _snapshot_files(folder) -> dict[str, pa.Table]:
+    return {name: pq.read_table(folder / name) for name in ("nodes.parquet", "edges.parquet")}
+
+
+def _assert_same_snapshot(got, want) -> None:
+    """Nodes and edges equal; edge weights (and nothing else) only up to float rounding."""
+    got, want = _snapshot_files(got), _snapshot_files(want)
+    assert got["nodes.parquet"].equals(want["nodes.parquet"])
+    g, w = got["edges.parquet"], want["edges.parquet"]
+    assert g.drop(["weight"]).equals(w.drop(["weight"]))
+    assert g.column("weight").to_pylist() == pytest.approx(w.column("weight").to_pylist(), rel=1e-9)
+
+
+@hsettings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    raw=event_logs,
+    late=event_logs,
+    cuts=st.tuples(st.integers(0, 10 * 86400), st.integers(1, 10 * 86400)),
+    sequence_events=st.sampled_from(["purchase", "purchase,click", ""]),
+)
+def test_advancing_a_state_equals_the_full_rebuild(tmp_path_factory, raw, late, cuts, sequence_events):
+    """State at T0, then more events (some before T0: late), then the snapshot at T > T0."""
+    base_cut = DAY0 + timedelta(seconds=cuts[0])
+    cutoff = base_cut + timedelta(seconds=cuts[1])
+    events = [(u, i, k, DAY0 + timedelta(seconds=s), 1.0) for u, i, k, s in raw]
+    later = [(u, i, k, DAY0 + timedelta(seconds=s), 1.0) for u, i, k, s in late]
+    settings = Settings.from_env(env={}, sequence_events=sequence_events, threads=1)
+    base, incremental, full = (tmp_path_factory.mktemp(name) for name in ("base", "incremental", "full"))
+    with connect(":memory:") as con:
+        fill(con, events + later, types={})
+        con.execute("DELETE FROM events")  # the entities stay; the later events arrive after the base
+        add_events(con, events)
+        build_snapshot(con, base_cut, settings, base)
+        add_events(con, later)
+        summary = build_snapshot(con, cutoff, settings, incremental, states=[base / "state"])
+        build_snapshot(con, cutoff, Settings.from_env(env={}, sequence_events=sequence_events, threads=1,
+                                                      snapshot_incremental=False), full)
+        checks = verify_snapshot(con, incremental, cutoff, settings)
+
+    _assert_same_snapshot(incremental, full)
+    assert all(passed for passed, _ in checks.values()), checks
+    late_before_base = [ts for *_, ts, _ in later if ts < base_cut]
+    provenance = summary.provenance
+    if late_before_base:  # the base state is stale: recomputed from scratch, from the first late day on
+        assert provenance.mode == "full" and provenance.stale == (base / "state",)
+        assert provenance.first_late_day == min(late_before_base).date()
+        assert provenance.late_events == len(late_before_base)
+    else:
+        assert provenance.mode == "incremental" and provenance.base_cutoff == base_cut
+        assert provenance.first_late_day is None
+
+
+def _synthetic_warehouse(tmp_path, settings):
+    from hir.sources.synthetic import generate
+    from hir.warehouse import load_batch
+
+    path = tmp_path / "w.duckdb"
+    with connect(path) as con:
+        load_batch(con, generate(settings, events=6000))
+    return path
+
+
+def test_daily_chain_of_incremental_snapshots_equals_full_and_a_late_event_recomputes_from_its_day(tmp_path):
+    settings = Settings.from_env(env={}, data_home=tmp_path, synthetic_days=10, threads=1)
+    full_settings = Settings.from_env(env={}, data_home=tmp_path, synthetic_days=10, threads=1, snapshot_incremental=False)
+    warehouse = _synthetic_warehouse(tmp_path, settings)
+    cutoffs = [datetime(2026, 1, 3 + d, tzinfo=UTC) for d in range(5)]  # partitions Jan 2 … Jan 6
+    folders = []
+    with connect(warehouse, read_only=True) as con:
+        for cutoff in cutoffs:
+            folder = tmp_path / f"inc-{cutoff.date()}"
+            folder.mkdir()
+            summary = build_snapshot(con, cutoff, settings, folder, states=[f / "state" for f in reversed(folders)])
+            full = tmp_path / f"full-{cutoff.date()}"
+            full.mkdir()
+            build_snapshot(con, cutoff, full_settings, full)
+            _assert_same_snapshot(folder, full)
+            assert summary.provenance.mode == ("incremental" if folders else "full")
+            assert summary.provenance.base_cutoff == (cutoffs[len(folders) - 1] if folders else None)
+            assert all(passed for passed, _ in verify_snapshot(con, folder, cutoff, settings).values())
+            folders.append(folder)
+        transitions = pq.read_table(folders[-1] / "edges.parquet").column("edge_type").to_pylist().count("followed_by")
+    assert transitions > 0  # the chain carried sequences across days
+
+    # A purchase arrives late on Jan 3 (already in the Jan 3, 4 and 5 snapshots): the Jan 7 cut-off
+    # recomputes from the Jan 2 state (cut-off Jan 3 00:00), and reports it.
+    with connect(warehouse) as con:
+        user, item = con.execute("SELECT src, dst FROM events WHERE event_type = 'purchase' LIMIT 1").fetchone()
+        con.execute("INSERT INTO events VALUES (?, ?, 'purchase', ?, 1.0)", [user, item, datetime(2026, 1, 3, 12, tzinfo=UTC)])
+    with connect(warehouse, read_only=True) as con:
+        late = tmp_path / "late"
+        late.mkdir()
+        summary = build_snapshot(con, cutoffs[-1], settings, late, states=[f / "state" for f in reversed(folders)])
+        (tmp_path / "late-full").mkdir()
+        build_snapshot(con, cutoffs[-1], full_settings, tmp_path / "late-full")
+        assert all(passed for passed, _ in verify_snapshot(con, late, cutoffs[-1], settings).values())
+    provenance = summary.provenance
+    assert (provenance.mode, provenance.base_cutoff) == ("incremental", cutoffs[0])
+    assert provenance.first_late_day == datetime(2026, 1, 3).date() and provenance.late_events == 1
+    assert provenance.stale == tuple(f / "state" for f in reversed(folders[1:4]))  # cut-offs Jan 6, 5, 4
+    assert "late event" in provenance.describe()
+    _assert_same_snapshot(late, tmp_path / "late-full")
+
+
+def test_a_state_built_with_other_half_lives_is_not_advanced(tiny, tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir(), second.mkdir()
+    with connect(tiny, read_only=True) as con:
+        build_snapshot(con, DAY0 + timedelta(days=3), Settings.from_env(env={}, threads=1), first)
+        changed = Settings.from_env(env={}, threads=1, half_life_days={"click": 1.0})
+        summary = build_snapshot(con, DAY0 + timedelta(days=4), changed, second, states=[first / "state"])
+    assert summary.provenance.mode == "full"
+    click = _edges_by_entity(second)[(1, 10, "click")]
+    assert click["weight"] == pytest.approx(2 ** -3 + 2 ** -1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from datetime import timedelta
 
 import numpy as np
 import pandas as pd
@@ -32,23 +33,49 @@ def test_log_has_revisits_and_skewed_popularity():
 def test_both_sides_write_the_same_edges(data_home, tmp_path):
     settings = Settings.from_env()
     path = bench.events_file(settings, 3000, seed=2)
-    bench.duckdb_edges(path, tmp_path / "d.parquet", settings)
+    assert bench.duckdb_state(path, tmp_path / "d", settings) == "full"
     bench.pandas_edges(path, tmp_path / "p.parquet", settings)
-    assert bench.same_edges(tmp_path / "d.parquet", tmp_path / "p.parquet")
-    edges = pq.read_table(tmp_path / "d.parquet").to_pandas()
+    edges = bench.state_edges(tmp_path / "d")
+    assert bench.same_edges(edges, pd.read_parquet(tmp_path / "p.parquet"))
     assert (edges["last_ts"] < bench.CUTOFF).all() and edges["count"].sum() < 3000
     assert (edges["edge_type"] == "followed_by").any()  # the transitions are compared too
 
     # A single changed weight is caught.
     changed = pd.read_parquet(tmp_path / "p.parquet")
     changed.loc[0, "weight"] = np.nextafter(changed.loc[0, "weight"], 10) * (1 + 1e-6)
-    changed.to_parquet(tmp_path / "q.parquet", index=False)
-    assert not bench.same_edges(tmp_path / "d.parquet", tmp_path / "q.parquet")
+    assert not bench.same_edges(edges, changed)
+
+
+def test_the_incremental_side_writes_the_full_sides_state(data_home, tmp_path):
+    settings = Settings.from_env()
+    path = bench.events_file(settings, 3000, seed=2)
+    bench.duckdb_state(path, tmp_path / "base", settings, bench.CUTOFF - timedelta(days=1))
+    assert bench.duckdb_state(path, tmp_path / "inc", settings, states=[tmp_path / "base"]) == "incremental"
+    bench.duckdb_state(path, tmp_path / "full", settings)
+    assert bench.same_state(tmp_path / "inc", tmp_path / "full")
+    assert not bench.same_state(tmp_path / "base", tmp_path / "full")  # a day apart: they differ
+
+    # A user's carried last item that differs is caught.
+    sequences = pq.read_table(tmp_path / "inc" / "sequences.parquet").to_pandas()
+    sequences.loc[0, "dst"] += 1
+    sequences.to_parquet(tmp_path / "inc" / "sequences.parquet", index=False)
+    assert not bench.same_state(tmp_path / "inc", tmp_path / "full")
 
 
 def test_run_reports_the_issue_figures(data_home):
     result = bench.run(_args())
-    assert set(result) >= {"events", "duckdb_s", "pandas_s", "speedup_vs_pandas", "events_per_s"}
+    assert set(result) >= {"events", "duckdb_s", "pandas_s", "speedup_vs_pandas", "events_per_s",
+                           "incremental_s", "incremental_speedup", "peak_rss_mb"}
     assert result["events"] == 4000
     assert result["speedup_vs_pandas"] == pytest.approx(result["pandas_s"] / result["duckdb_s"], rel=0.05)
+    assert result["incremental_speedup"] == pytest.approx(result["duckdb_s"] / result["incremental_s"], rel=0.05)
+    assert result["peak_rss_mb"] > 0
     assert (data_home / "bench" / "snapshot_events_4000_0.parquet").exists()
+
+
+def test_run_without_pandas_reports_duckdb_only(data_home):
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    result = bench.run(parser.parse_args(["--events=4000", "--repeat=1", "--no-pandas"]))
+    assert result["pandas_s"] is None and result["speedup_vs_pandas"] is None
+    assert result["incremental_speedup"] > 0
