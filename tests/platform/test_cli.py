@@ -1,6 +1,7 @@
-"""`hir run` ingests into the data home, records runs in its Dagster instance, and reports mistakes in one line."""
+"""`hir run` ingests into the data home (an events-only csv log runs to the end), records runs in its Dagster instance, and reports mistakes in one line; `hir ui` needs nothing on PATH."""
 
 import duckdb
+from user_setup import write_events_only
 
 from hir.cli import main
 
@@ -25,3 +26,53 @@ def test_user_mistake_is_one_line(data_home, capsys):
     assert err[-1].startswith("hir run: ") and "Traceback" not in "\n".join(err)
     assert main(["run", "--source", "bogus", "--ingest-only"]) == 2
     assert "unknown source kind 'bogus'" in capsys.readouterr().err
+
+
+def test_events_only_csv_runs_to_the_end_without_world_knowledge(data_home, tmp_path, monkeypatch, capsys):
+    import json
+
+    import dagster as dg
+
+    from hir.bench.faults import SMALL_RUN
+    from hir.commands.lookup import lookup
+    from hir.feast_store import FeastStore
+    from hir.settings import Settings
+
+    for var, value in SMALL_RUN.items():
+        monkeypatch.setenv(var, value)
+    folder = write_events_only(tmp_path / "shop")
+    assert main(["run", "--source", "csv", "--path", str(folder)]) == 0
+    artifacts = data_home / "artifacts"
+    meta = json.loads((artifacts / "world_knowledge" / "_all" / "meta.json").read_text())
+    assert meta["dimension"] == 0 and meta["rows"] == 0
+    partition = "2015-05-06"  # the data end on 2015-05-08: one validation and one test day after it
+    config = json.loads((artifacts / "hir_encoder" / partition / "config.json").read_text())
+    assert config["encoder"]["wk_dim"] == 0
+    assert (artifacts / "entity_embeddings" / partition / "embeddings.parquet").exists()
+    rows = lookup(FeastStore.from_settings(Settings.from_env()), "user", ["u0", "nobody"])
+    assert rows[0]["found"] and len(rows[0]["hir_embedding"]) == int(SMALL_RUN["HIR_TRAIN_DIM"])
+    assert not rows[1]["found"]
+    with dg.DagsterInstance.from_config(str(data_home / "dagster")) as instance:
+        runs = instance.get_runs()
+        retried = [e for r in runs for e in instance.all_logs(r.run_id, of_type=dg.DagsterEventType.STEP_UP_FOR_RETRY)]
+        wk = instance.get_latest_materialization_event(dg.AssetKey("world_knowledge")).asset_materialization
+    assert runs and all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs) and not retried
+    assert "without world knowledge" in wk.metadata["empty_because"].value
+    capsys.readouterr()
+    assert main(["retrieve", "u0", "--k", "3"]) == 0  # the item type the evaluation ranks
+    assert "top 3 item" in capsys.readouterr().out
+    assert main(["retrieve", "u0", "--type", "ad"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"hir retrieve: no 'ad' entities in bom_tokens partition {partition}; types: item, user"]
+
+
+def test_ui_starts_dagster_with_its_own_interpreter_whatever_the_path(data_home, monkeypatch):
+    import subprocess
+    import sys
+
+    calls = []
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(subprocess, "call", lambda cmd, *a, **k: calls.append(cmd) or 0)
+    assert main(["ui", "--port", "3999"]) == 0
+    assert calls[0][:4] == [sys.executable, "-m", "dagster", "dev"]
+    assert calls[0][calls[0].index("-p") + 1] == "3999"
