@@ -3,16 +3,13 @@
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from user_setup import HIR, serving, without_environment_on_path
 
-from conftest import REPO
 from hir.bench.feast import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -47,45 +44,15 @@ def _graphql(port: int, query: str, variables: dict) -> dict:
         return json.loads(resp.read())["data"]
 
 
-def _wait_until_up(port: int, proc: subprocess.Popen, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"dagster dev exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5):
-                return
-        except OSError:
-            time.sleep(1)
-    raise AssertionError("the Dagster webserver did not come up")
-
-
 @pytest.fixture
 def dagster_ui(data_home):
-    from hir.instance import prepare
-    from hir.settings import Settings
-
-    env = {**os.environ, **TINY, "HIR_DATA_HOME": str(data_home)}
-    os.environ.update(TINY)
-    prepare(Settings.from_env(env))
-    env["DAGSTER_HOME"] = os.environ["DAGSTER_HOME"]
+    """`hir ui` as the user starts it (the environment's console script, its bin folder not on PATH)."""
+    env = without_environment_on_path({**os.environ, **TINY, "HIR_DATA_HOME": str(data_home)})
+    env.pop("DAGSTER_HOME", None)  # `hir ui` puts the instance in the data home itself
     port = free_port()
-    log = open(data_home / "dagster_dev.log", "w")
-    dagster = str(Path(sys.executable).parent / "dagster")
-    proc = subprocess.Popen(
-        [dagster, "dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
-        cwd=data_home, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    try:
-        _wait_until_up(port, proc, timeout=180)
+    with serving([str(HIR), "ui", "--port", str(port)], env, f"http://127.0.0.1:{port}/server_info",
+                 data_home / "dagster_dev.log", cwd=data_home):
         yield port
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
 
 
 def _browser(tmp_path):
