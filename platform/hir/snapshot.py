@@ -50,7 +50,7 @@ path spliced into the text), and the tests write through it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Sequence
@@ -370,7 +370,7 @@ class SnapshotSummary:
     edges_per_type: dict[str, int]
     rows_used: int
     max_ts: datetime | None
-    provenance: Provenance = field(default_factory=lambda: Provenance("full"))
+    provenance: Provenance  # full rebuild or increment, late events
 
 
 def configure(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
