@@ -379,7 +379,9 @@ def configure(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
     spill there. Insertion order is not kept where a query has no ORDER BY (less memory)."""
     con.execute("SET threads = ?", [settings.threads])
     con.execute("SET memory_limit = ?", [settings.duckdb_memory_limit])
-    con.execute("SET temp_directory = ?", [settings.duckdb_temp_directory or str(settings.data_home / "tmp" / "duckdb")])
+    spill = Path(settings.duckdb_temp_directory or settings.data_home / "tmp" / "duckdb")
+    spill.mkdir(parents=True, exist_ok=True)  # DuckDB creates only the last level
+    con.execute("SET temp_directory = ?", [str(spill)])
     con.execute("SET preserve_insertion_order = false")
 
 

@@ -347,3 +347,14 @@ def test_a_state_built_with_other_half_lives_is_not_advanced(tiny, tmp_path):
     assert summary.provenance.mode == "full"
     click = _edges_by_entity(second)[(1, 10, "click")]
     assert click["weight"] == pytest.approx(2 ** -3 + 2 ** -1)
+
+
+def test_configure_sets_the_memory_cap_and_a_spill_folder_it_creates(tmp_path):
+    from hir.snapshot import configure
+
+    spill = tmp_path / "a" / "b"
+    with connect(":memory:") as con:
+        configure(con, Settings.from_env(env={}, threads=1, duckdb_memory_limit="300MB", duckdb_temp_directory=str(spill)))
+        temp, limit = con.execute("SELECT current_setting('temp_directory'), current_setting('memory_limit')").fetchone()
+    assert spill.is_dir() and temp == str(spill)
+    assert limit == "286.1 MiB"  # 300 MB
