@@ -9,7 +9,9 @@ fine-tunes for ``HIR_FINETUNE_STEPS``: hashed id tables and prototypes carry ove
 need no resizing.
 
 ``entity_embeddings`` embeds every entity of the snapshot (cold-start entities included) with the
-trained student through the ``flex`` attention backend and writes ``embeddings.parquet``:
+trained student through the ``flex`` attention backend — after a self-check against ``dense`` on
+this machine (:func:`hir.models.trainer.flex_self_check`); where they disagree by more than
+``FLEX_TOLERANCE`` it falls back to ``dense`` and says so — and writes ``embeddings.parquet``:
 ``entity_id, entity_type, source_key, embedding FLOAT[d], coarse_prototype, fine_prototype,
 model_version, cutoff``. The prototype columns are interest clusters fitted on the final
 embeddings (:func:`hir.models.trainer.nested_clusters`: per-type mean removed, spherical k-means
@@ -29,6 +31,7 @@ from hir.sources.base import SourceError
 PARTITIONS = daily_partitions()
 GROUP = "training"
 PREVIEW_ROWS = 10
+FLEX_TOLERANCE = 1e-3  # float32 flex and dense differ by ~1e-6; a faulty kernel by 0.1 or NaN
 _CURVES = ("loss", "loss_proto", "loss_pair", "loss_hier", "loss_eng")
 _COLLAPSE = ("entropy_coarse", "entropy_fine", "top_share_coarse", "top_share_fine", "emb_std")
 
@@ -211,6 +214,27 @@ def _planted_nmi(warehouse: Warehouse, entity_ids, coarse, fine) -> dict | None:
     }
 
 
+def _attention_backend(context, graph, model, sampler_config, wk, batch_size: int, device) -> tuple[str, float]:
+    """``flex`` where it agrees with ``dense`` on this machine, else ``dense``; and the difference."""
+    from hir.models.trainer import flex_self_check
+
+    diff = flex_self_check(graph, model, sampler_config, wk=wk, batch_size=batch_size, device=device)
+    if diff <= FLEX_TOLERANCE:
+        return "flex", diff
+    context.log.warning(f"flex attention differs from dense by {diff:.3g} on this machine; embedding with dense")
+    return "dense", diff
+
+
+def _require_finite(embedding, entity_ids, keys: dict) -> None:
+    """Refuse to write non-finite vectors, naming the first entities that have them."""
+    import numpy as np
+
+    bad = np.flatnonzero(~np.isfinite(embedding).all(axis=1))
+    if bad.size:
+        names = ", ".join(f"{int(entity_ids[i])} ({keys.get(int(entity_ids[i]))})" for i in bad[:5])
+        raise ValueError(f"entity_embeddings: {bad.size} non-finite embedding(s), not written; first: {names}")
+
+
 def _embedding_plot(embedding, coarse) -> dg.MetadataValue:
     """Prototype sizes beside a 2-D PCA map of (at most 5,000) embeddings coloured by coarse prototype."""
     import numpy as np
@@ -241,7 +265,8 @@ def _embedding_plot(embedding, coarse) -> dg.MetadataValue:
     description=(
         "One embedding per entity existing before the cut-off (cold-start entities included), "
         "with its nested coarse and fine interest cluster (two-level spherical k-means of the "
-        "embeddings after removing each node type's mean), from the trained student (flex attention)."
+        "embeddings after removing each node type's mean), from the trained student (flex attention, "
+        "checked against dense on this machine first)."
     ),
 )
 def entity_embeddings(
@@ -272,13 +297,15 @@ def entity_embeddings(
         if done % step < settings.embed_batch or done == total:
             context.log.info(f"embedded {done}/{total} entities")
 
-    out = embed_all(graph, model, sampler_config, wk=wk, batch_size=settings.embed_batch, backend="flex", device=device, progress=progress)
+    backend, flex_diff = _attention_backend(context, graph, model, sampler_config, wk, settings.embed_batch, device)
+    out = embed_all(graph, model, sampler_config, wk=wk, batch_size=settings.embed_batch, backend=backend, device=device, progress=progress)
     digest = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()[:12]
     version = f"hir-{partition}-{digest}"
     entity_ids = graph.entity_id.numpy()
     types = pq.read_table(artifacts.path("graph_snapshot", partition) / "nodes.parquet", columns=["entity_type"]).column(0)
     keys = _source_keys(warehouse, entity_ids)
     embedding = out.embedding.numpy().astype(np.float32)
+    _require_finite(embedding, entity_ids, keys)
     train_config, _, _ = read_configs(folder)
     top, low = nested_clusters(out.embedding, graph.node_type, train_config.coarse, train_config.fine, seed=settings.seed)
     coarse, fine = top.numpy().astype(np.int32), low.numpy().astype(np.int32)
@@ -302,6 +329,8 @@ def entity_embeddings(
         "dagster/row_count": dg.MetadataValue.int(table.num_rows),
         "dimension": dg.MetadataValue.int(dim),
         "model_version": dg.MetadataValue.text(version),
+        "attention_backend": dg.MetadataValue.text(backend),
+        "flex_dense_max_abs_diff": dg.MetadataValue.float(flex_diff),
         "coarse_prototypes_used": dg.MetadataValue.int(int(np.unique(coarse).size)),
         "fine_prototypes_used": dg.MetadataValue.int(int(np.unique(fine).size)),
         "preview": dg.MetadataValue.md(preview.to_pandas().to_markdown(index=False)),

@@ -19,7 +19,12 @@ so no pairwise input is needed. Backends (the same parameters, the same function
   kind. Forward runs everywhere; its backward needs a GPU (FlexAttention has no CPU backward).
   The compiled kernel is specialised to the batch and sequence sizes (inductor's CPU FlexAttention
   template does not compile with dynamic shapes), so keep them fixed — pad a short last batch —
-  rather than paying a compile (tens of seconds on CPU) per new size.
+  rather than paying a compile (tens of seconds on CPU) per new size. The sequence is padded (as
+  masked padding tokens) to a multiple of :data:`FLEX_SEQ_MULTIPLE` first: on AVX2, inductor's CPU
+  kernel (torch 2.14) returns wrong scores, different from call to call, for some key lengths
+  that are not multiples of 16 (24 and 40 among them; NaN rows or finite wrong ones in the last
+  views of a batch), while at multiples of 16 and 32 it agrees with ``dense`` on AVX2 and AVX-512
+  (measured under ``ATEN_CPU_CAPABILITY=avx2``; ``tests/models/test_attention.py`` holds it).
 * ``dense``: the bias materialised as ``[B, heads, S, S]`` and
   :func:`torch.nn.functional.scaled_dot_product_attention` with ``attn_mask = bias``.
 """
@@ -33,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 BACKENDS = ("dense", "flex")
+FLEX_SEQ_MULTIPLE = 32
 _COMPILED_FLEX = None
 
 
@@ -61,6 +67,18 @@ class TokenStructure:
     depth: torch.Tensor
     ancestors: torch.Tensor
     pad: torch.Tensor
+
+    def padded_to(self, seq: int) -> "TokenStructure":
+        """The same structure with padding tokens appended up to ``seq`` positions."""
+        extra = seq - self.pad.shape[1]
+        if extra <= 0:
+            return self
+        return TokenStructure(
+            node_type=F.pad(self.node_type, (0, extra)),
+            depth=F.pad(self.depth, (0, extra)),
+            ancestors=F.pad(self.ancestors, (0, 0, 0, extra), value=-1),
+            pad=F.pad(self.pad, (0, extra), value=True),
+        )
 
 
 def tree_distance(structure: TokenStructure, max_distance: int) -> torch.Tensor:
@@ -107,10 +125,21 @@ class BiasedSelfAttention(nn.Module):
         if backend == "dense":
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=self.dense_bias(structure, distance))
         elif backend == "flex":
-            out = compiled_flex_attention()(q, k, v, score_mod=self.score_mod(structure))
+            out = self.flex(q, k, v, structure)
         else:
             raise ValueError(f"unknown attention backend {backend!r}; choose one of {', '.join(BACKENDS)}")
         return self.out(out.transpose(1, 2).reshape(batch, seq, dim))
+
+    def flex(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, structure: TokenStructure) -> torch.Tensor:
+        """Compiled FlexAttention over ``[B, heads, S, d]`` inputs, run at a sequence length padded
+        to a multiple of :data:`FLEX_SEQ_MULTIPLE` (see the module doc); returns ``[B, heads, S, d]``."""
+        seq = q.shape[2]
+        padded = -(-seq // FLEX_SEQ_MULTIPLE) * FLEX_SEQ_MULTIPLE
+        if padded != seq:
+            q, k, v = (F.pad(t, (0, 0, 0, padded - seq)) for t in (q, k, v))
+            structure = structure.padded_to(padded)
+        out = compiled_flex_attention()(q, k, v, score_mod=self.score_mod(structure))
+        return out[:, :, :seq]
 
     def dense_bias(self, structure: TokenStructure, distance: torch.Tensor | None = None) -> torch.Tensor:
         """The materialised ``[B, heads, S, S]`` bias, ``-∞`` on padding keys."""

@@ -711,6 +711,41 @@ def embed_all(
     return Embeddings(torch.cat(out_h), coarse_id.cpu(), fine_id.cpu())
 
 
+
+def flex_self_check(
+    graph: TemporalGraph,
+    model: HIRModel,
+    sampler_config: SamplerConfig,
+    wk: torch.Tensor | None = None,
+    batch_size: int = 256,
+    device: str | torch.device = "cpu",
+    repeats: int = 3,
+    seed: int = 0,
+) -> float:
+    """The largest ``|h_flex − h_dense|`` over the batches :func:`embed_all` runs first and last.
+
+    Both batches are sampled as inference samples them (padding included, the short last batch
+    included), and flex runs ``repeats`` times on each, since a faulty compiled kernel can change
+    its answer from call to call. Non-finite flex output counts as an infinite difference.
+    """
+    sampler = ViewSampler(graph, dataclasses.replace(sampler_config, edge_dropout=0.0, broad_edge_dropout=0.0))
+    knowledge = WorldKnowledge.of(wk)
+    n = graph.num_nodes
+    starts = sorted({0, (max(n - 1, 0) // batch_size) * batch_size})
+    worst = 0.0
+    model = model.to(device).eval()
+    with torch.no_grad():
+        for start in starts:
+            anchors = torch.arange(start, min(n, start + batch_size))
+            view = sampler.narrow(anchors, torch.Generator().manual_seed(seed)).to(device)
+            per_token = knowledge.per_token(view) if knowledge else None
+            dense = model.embed(view, per_token, "dense")[0]
+            for _ in range(repeats):
+                flex = model.embed(view, per_token, "flex")[0]
+                diff = (flex - dense).abs().max().item() if torch.isfinite(flex).all() else math.inf
+                worst = max(worst, diff)
+    return worst
+
 def kmeans(x: torch.Tensor, k: int, iters: int = 25, seed: int = 0) -> torch.Tensor:
     """Spherical k-means of the rows of ``x`` ``[N, d]``: labels ``[N]`` int64 in ``[0, k)``.
 

@@ -71,7 +71,44 @@ def test_encoder_then_embeddings_then_warm_start(home):
     row = table.slice(0, 1).to_pylist()[0]
     assert row["source_key"] == f"{row['entity_type']}-{row['entity_id']}"
     assert 0.0 <= meta["nmi_coarse_vs_planted"].value <= 1.0
+    assert meta["attention_backend"].value == "flex"
+    assert meta["flex_dense_max_abs_diff"].value <= 1e-3
 
     meta = _materialize(hir_encoder, DAY2, home)
     assert meta["warm_started_from"].value == str(folder)
     assert meta["steps"].value == 2
+
+
+@pytest.mark.slow
+def test_entity_embeddings_fall_back_to_dense_when_flex_disagrees(home, monkeypatch):
+    import numpy as np
+    import torch
+
+    import hir.models.trainer as trainer
+    from hir.assets.training import entity_embeddings, hir_encoder
+    from hir.models.graph import load_snapshot
+
+    _materialize(hir_encoder, DAY1, home)
+    monkeypatch.setattr(trainer, "flex_self_check", lambda *args, **kwargs: float("inf"))
+    meta = _materialize(entity_embeddings, DAY1, home)
+    assert meta["attention_backend"].value == "dense"
+    assert meta["flex_dense_max_abs_diff"].value == float("inf")
+    folder = home.artifacts_dir / "hir_encoder" / DAY1
+    graph = load_snapshot(home.artifacts_dir / "graph_snapshot" / DAY1)
+    model = trainer.load_model(folder, max(1, len(graph.edge_types)))
+    dense = trainer.embed_all(graph, model, trainer.read_configs(folder)[2], batch_size=64, backend="dense").embedding
+    written = pq.read_table(home.artifacts_dir / "entity_embeddings" / DAY1 / "embeddings.parquet").column("embedding")
+    assert np.allclose(np.stack(written.to_numpy(zero_copy_only=False)), dense.numpy(), atol=1e-6)
+    assert torch.isfinite(dense).all()
+
+
+def test_non_finite_embeddings_are_refused_by_name():
+    import numpy as np
+
+    from hir.assets.training import _require_finite
+
+    embedding = np.ones((3, 4), np.float32)
+    _require_finite(embedding, np.array([10, 11, 12]), {11: "user-b"})
+    embedding[1, 2] = np.nan
+    with pytest.raises(ValueError, match=r"1 non-finite embedding.*11 \(user-b\)"):
+        _require_finite(embedding, np.array([10, 11, 12]), {11: "user-b"})
