@@ -77,7 +77,7 @@ def test_ui_binds_to_localhost_by_default(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(subprocess, "call", lambda cmd, *a, **k: calls.append(cmd) or 0)
     assert cli.main(["ui", "--data-home", str(tmp_path / "home")]) == 0
     cmd = calls[0]
-    assert cmd[:2] == ["dagster", "dev"] and cmd[cmd.index("-h") + 1] == "127.0.0.1"
+    assert cmd[1:4] == ["-m", "dagster", "dev"] and cmd[cmd.index("-h") + 1] == "127.0.0.1"
     assert "http://127.0.0.1:" in capsys.readouterr().out
     assert Settings.from_env({}).ui_host == "127.0.0.1"
 
