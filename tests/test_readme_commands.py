@@ -88,7 +88,7 @@ def fills(shell: dict) -> dict[str, dict[str, str | list[str]]]:
         "serve": {"N": str(free_port())},
         "retrieve": {"USER_KEY": shell["user"]},
         "tokens": {"ENTITY_TYPE": "user", "KEY": shell["user"]},
-        "eval": {"DATASET": "synthetic"},
+        "eval": {"DATASET": "synthetic", "LIST": "popularity,cooccurrence", "N": "1"},  # every baseline: hir eval's own tests
         "bench": {"NAME": ["synthetic", "--events", "50000"]},  # flags after NAME go to the benchmark
     }
 
