@@ -29,19 +29,44 @@ def _step(module, x, structure, backend):
 
 
 def _timed(module, x, structure, backend, torch) -> tuple[list, float, float]:
-    """Warm up, then the median ms of ``REPEATS`` steps and the peak memory (MiB) of one step."""
+    """Warm up, then the median ms of ``REPEATS`` steps and the peak memory (MiB, 0 off CUDA) of one step."""
+    cuda = x.device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     result = _step(module, x, structure, backend)
-    torch.cuda.synchronize()
+    sync()
     times = []
     for _ in range(REPEATS):
         start = time.perf_counter()
         _step(module, x, structure, backend)
-        torch.cuda.synchronize()
+        sync()
         times.append((time.perf_counter() - start) * 1000)
+    if not cuda:
+        return result, statistics.median(times), 0.0
     torch.cuda.reset_peak_memory_stats()
     _step(module, x, structure, backend)
-    torch.cuda.synchronize()
+    sync()
     return result, statistics.median(times), torch.cuda.max_memory_allocated() / 2**20
+
+
+def compare(seq: int, device, reference: str = "dense", candidate: str = "flex") -> dict:
+    """One size: the JSON row of ``candidate`` against ``reference`` (both from the same seed).
+
+    ``max_abs_diff_*``: largest absolute differences of the output and of the gradients of the
+    input, the type bias and the distance bias; ``dense_*``/``flex_*``: median step time (ms) and
+    peak CUDA memory (MiB) of the reference and the candidate.
+    """
+    import torch
+
+    from hir.bench.attention import make_problem
+
+    module, x, structure = make_problem(4, seq, 4, 32, seed=0, device=device)
+    ref, ref_ms, ref_mb = _timed(module, x, structure, reference, torch)
+    got, got_ms, got_mb = _timed(module, x, structure, candidate, torch)
+    names = ("out", "grad_x", "grad_type_bias", "grad_dist_bias")
+    diffs = {f"max_abs_diff_{n}": (a - b).abs().max().item() for n, a, b in zip(names, ref, got)}
+    name = torch.cuda.get_device_name() if device.type == "cuda" else str(device)
+    return {"seq": seq, "batch": 4, "heads": 4, "device": name, "dense_ms": round(ref_ms, 3), "flex_ms": round(got_ms, 3),
+            "dense_peak_mib": round(ref_mb, 1), "flex_peak_mib": round(got_mb, 1), **diffs}
 
 
 def main() -> int:
@@ -50,18 +75,8 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("gpu_check: CUDA is not available here; skipped")
         return 0
-    from hir.bench.attention import make_problem
-
-    device = torch.device("cuda")
     for seq in SIZES:
-        module, x, structure = make_problem(4, seq, 4, 32, seed=0, device=device)
-        dense, dense_ms, dense_mb = _timed(module, x, structure, "dense", torch)
-        flex, flex_ms, flex_mb = _timed(module, x, structure, "flex", torch)
-        names = ("out", "grad_x", "grad_type_bias", "grad_dist_bias")
-        diffs = {f"max_abs_diff_{n}": (a - b).abs().max().item() for n, a, b in zip(names, dense, flex)}
-        print(json.dumps({"seq": seq, "batch": 4, "heads": 4, "device": torch.cuda.get_device_name(),
-                          "dense_ms": round(dense_ms, 3), "flex_ms": round(flex_ms, 3),
-                          "dense_peak_mib": round(dense_mb, 1), "flex_peak_mib": round(flex_mb, 1), **diffs}))
+        print(json.dumps(compare(seq, torch.device("cuda"))))
     return 0
 
 
