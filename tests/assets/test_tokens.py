@@ -212,7 +212,7 @@ def test_describe_tokens_without_content_or_labels():
 
 def test_retrieve_and_tokens_commands(built, capsys):
     settings, ents, _ = built
-    assert main(["retrieve", "user0", "--k", "5", "--explain"]) == 0
+    assert main(["retrieve", "user0", "--k", "5", "--explain", "--type", "ad"]) == 0
     out = capsys.readouterr().out
     assert out.count(". ad ") == 5 and "L1:" in out and " — " in out
     assert main(["retrieve", "adv1", "--from", "advertiser", "--type", "user", "--k", "3"]) == 0
@@ -222,7 +222,8 @@ def test_retrieve_and_tokens_commands(built, capsys):
 
 
 @pytest.mark.parametrize("argv", [["retrieve", "nobody"], ["tokens", "user", "nobody"], ["tokens", "spaceship", "x"],
-                                  ["retrieve", "user0", "--partition", "1999-01-01"]])
+                                  ["retrieve", "user0", "--partition", "1999-01-01"],
+                                  ["retrieve", "user0"]])  # no events: no item type the evaluation ranks
 def test_unknown_keys_give_one_line_errors(built, capsys, argv):
     assert main(argv) == 2
     err = capsys.readouterr().err

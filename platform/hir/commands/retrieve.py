@@ -73,10 +73,15 @@ def evaluated_item_type(settings, partition: str) -> str:
 
     from hir.eval_data import partition_split
     from hir.partitions import cutoff_of
+    from hir.settings import SettingsError
+    from hir.sources.base import SourceError
     from hir.warehouse import connect
 
     saved = settings.artifacts_dir / "baselines" / partition / "results.json"
     if saved.exists():
         return json.loads(saved.read_text(encoding="utf-8"))["protocol"]["item_type"]
     with connect(settings.warehouse_path, read_only=True) as con:
-        return partition_split(con, cutoff_of(partition), settings).info["item_type"]
+        try:
+            return partition_split(con, cutoff_of(partition), settings).info["item_type"]
+        except SourceError as exc:
+            raise SettingsError(f"cannot tell the item type the evaluation ranks ({exc}); pass --type") from None
