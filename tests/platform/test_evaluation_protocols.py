@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from hir import evaluation
-from hir.models.baselines import RandomScorer
+from hir.models.baselines import PopularityScorer, RandomScorer, Scorer
 from hir.sources.base import SourceError
 
 
@@ -127,13 +127,64 @@ def test_embedding_scorer_aligns_by_key():
     assert scorer.name == "hir"
 
 
-def test_run_scorers_reports_test_and_slices():
+class OracleScorer(Scorer):
+    """Knows the answer: 1 on each query user's test targets, 0 elsewhere."""
+
+    name = "oracle"
+
+    def __init__(self, queries):
+        self.answers = {int(u): t[t >= 0].tolist() for u, t in zip(queries.users, queries.targets)}
+
+    def score(self, users, history):
+        scores = torch.zeros(len(users), history.n_items)
+        for row, user in enumerate(users):
+            scores[row, self.answers.get(int(user), [])] = 1.0
+        return scores
+
+
+def test_run_scorers_oracle_is_perfect_and_popularity_matches_a_hand_count():
     events, entities, content = frames()
     split = evaluation.temporal_split(events, entities, content, evaluation.TemporalTarget(frozenset({"buy"})),
                                       cutoff=pd.Timestamp("2024-01-06", tz="UTC").timestamp())
-    results = evaluation.run_scorers(split, {"random": lambda: RandomScorer(seed=0)}, ks=(2,))
-    assert results["random"]["queries"] == 3 and results["random"]["cold_start"]["queries"] == 1
-    assert 0.0 <= results["random"]["recall@2"] <= 1.0
+    results = evaluation.run_scorers(split, {"oracle": lambda: OracleScorer(split.test), "popularity": PopularityScorer,
+                                             "random": lambda: RandomScorer(seed=0)}, ks=(2,))
+    oracle, popular = results["oracle"], results["popularity"]
+    assert (oracle["recall@2"], oracle["ndcg@2"], oracle["mrr"], oracle["queries"]) == (1.0, 1.0, 1.0, 3)
+    assert oracle["cold_start"]["recall@2"] == 1.0 and oracle["cold_start"]["queries"] == 1
+    # Training (each user's last event before the cut-off held out): a: p1, p2; b: p1. Popularity
+    # ranks p1 (2), p2 (1), then p3, p4, p5 tied at 0 (each rank 3, 4 or 5 with equal chance).
+    # Targets: a → p3 and b → p4 (tied), c → p2 (rank 2).
+    tied_rr = (1 / 3 + 1 / 4 + 1 / 5) / 3
+    assert popular["recall@2"] == pytest.approx(1 / 3, abs=1e-6)
+    assert popular["ndcg@2"] == pytest.approx(1 / np.log2(3) / 3, abs=1e-6)
+    assert popular["mrr"] == pytest.approx((1 / 2 + 2 * tied_rr) / 3, abs=1e-6)
+    assert popular["cold_start"]["recall@2"] == 0.0  # p4, the cold-start target, was never seen
+    assert results["random"]["queries"] == 3
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_no_test_or_validation_interaction_is_in_training(seed):
+    rng = np.random.default_rng(seed)
+    seqs = [[str(i) for i in rng.integers(0, 30, rng.integers(1, 9))] for _ in range(40)]
+    split = evaluation.leave_last_out([f"u{n}" for n in range(40)], seqs)
+    keys = list(split.item_keys)
+    indptr, items = split.train.sequences()
+    test_users, val_users = split.test.users.tolist(), split.validation.users.tolist()
+    for u, seq in enumerate(seqs):
+        index = [keys.index(i) for i in seq]
+        assert items[indptr[u] : indptr[u + 1]].tolist() == index[:-2]  # training stops two items before the end
+        if len(seq) >= 2:
+            assert split.test.targets[test_users.index(u), 0].item() == index[-1]
+        if len(seq) >= 3:
+            assert split.validation.targets[val_users.index(u), 0].item() == index[-2]
+    events, entities, content = frames()
+    cutoff = pd.Timestamp("2024-01-06", tz="UTC").timestamp()
+    temporal = evaluation.temporal_split(events, entities, content, evaluation.TemporalTarget(frozenset({"buy"})), cutoff=cutoff)
+    assert (temporal.train.times < cutoff).all() and (temporal.test.history.times < cutoff).all()
+    held = set(zip(temporal.validation.users.tolist(), temporal.validation.targets[:, 0].tolist()))
+    train_events = set(zip(temporal.train.users.tolist(), temporal.train.items.tolist(), temporal.train.times.tolist()))
+    history_events = set(zip(temporal.test.history.users.tolist(), temporal.test.history.items.tolist(), temporal.test.history.times.tolist()))
+    assert len(history_events - train_events) == len(held)  # exactly the held-out events left training
 
 
 def write_tiny_beauty(folder, users=80, items=60, seed=0):
