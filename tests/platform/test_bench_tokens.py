@@ -28,4 +28,5 @@ def test_bench_retrieval_reports_speed_and_recall(capsys):
     out = _json_line(capsys)
     assert set(out) == {"items", "index_p50_ms", "exact_p50_ms", "faiss_ivfpq_p50_ms", "speedup_vs_exact", "recall_at_100_vs_exact"}
     assert out["items"] == 3000
-    assert 0.0 < out["recall_at_100_vs_exact"] <= 1.0
+    # 400 of 3,000 items re-ranked: a candidate set no better than chance would find about 13% of the top 100
+    assert 0.8 < out["recall_at_100_vs_exact"] <= 1.0
