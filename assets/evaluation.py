@@ -2,14 +2,14 @@
 
 Partition ``D`` (cut-off ``T``): every scorer trains on events before ``T`` and is tested on the
 target events of the test window (``eval_windows``), full ranking over every item of the target
-type (:func:`hir.eval_data.partition_split`).
+type (:func:`hir.evaluation.data.partition_split`).
 
 * ``baselines`` — the cheap baselines of ``HIR_EVAL_BASELINES`` (popularity, co-occurrence, ALS,
   text-only world knowledge; LightGCN and SASRec when listed there).
 * ``retrieval_eval`` — hir's scorers (embedding dot product, Bag-of-Meaning overlap) beside the
   baselines: Recall@K, NDCG@K, MRR, and the cold-start slice.
 * ``ranker_eval`` — click and conversion rankers with base features only and with hir features
-  read point-in-time from Feast (:mod:`hir.ranker`).
+  read point-in-time from Feast (:mod:`hir.evaluation.rankers`).
 * ``token_quality`` — NMI with the planted interests (synthetic), category purity (relations),
   collapse (share of entities on the most used token).
 * ``evaluation_report`` — one Markdown report with the tables and plots, in the asset's metadata
@@ -20,12 +20,11 @@ import json
 from pathlib import Path
 
 import dagster as dg
-
-from hir.feast_store import FeastStore
+from hir.errors import SourceError
 from hir.partitions import cutoff_of, daily_partitions
 from hir.resources import ArtifactStore, Warehouse
+from hir.serving.feast_store import FeastStore
 from hir.settings import Settings
-from hir.sources.base import SourceError
 
 PARTITIONS = daily_partitions()
 GROUP = "evaluation"
@@ -35,7 +34,7 @@ WAREHOUSE_POOL = "duckdb_writer"  # readers take the writers' pool: DuckDB never
 
 
 def _split(warehouse: Warehouse, partition: str, settings: Settings):
-    from hir.eval_data import partition_split
+    from hir.evaluation.data import partition_split
 
     with warehouse.connect(read_only=True) as con:
         return partition_split(con, cutoff_of(partition), settings)
@@ -74,7 +73,6 @@ def _world_knowledge_factory(artifacts: ArtifactStore, warehouse: Warehouse, spl
     """text-only world knowledge: items' world_knowledge vectors, users = mean of their history."""
     import numpy as np
     import pyarrow.parquet as pq
-
     from hir.models.baselines import TextScorer
 
     path = artifacts.path("world_knowledge") / "world_knowledge.parquet"
@@ -112,7 +110,7 @@ def _world_knowledge_factory(artifacts: ArtifactStore, warehouse: Warehouse, spl
     ),
 )
 def baselines(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse) -> dg.MaterializeResult:
-    from hir.evaluation import baseline_factories, run_scorers
+    from hir.evaluation.protocols import baseline_factories, run_scorers
 
     settings = Settings.from_env()
     partition = context.partition_key
@@ -158,8 +156,12 @@ def baselines(context: dg.AssetExecutionContext, artifacts: ArtifactStore, wareh
     ),
 )
 def retrieval_eval(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse) -> dg.MaterializeResult:
-    from hir.eval_data import hir_factories
-    from hir.evaluation import beating_every_baseline, run_scorers, sasrec_config
+    from hir.evaluation.data import hir_factories
+    from hir.evaluation.protocols import (
+        beating_every_baseline,
+        run_scorers,
+        sasrec_config,
+    )
 
     settings = Settings.from_env()
     partition = context.partition_key
@@ -226,9 +228,9 @@ def _recall_plot(results: dict) -> dg.MetadataValue:
 )
 def ranker_eval(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse,
                 feast: FeastStore) -> dg.MaterializeResult:
-    from hir.feast_store import table_types
-    from hir.ranker import evaluate_rankers, feast_lookup, ranker_events
-    from hir.snapshot import window_bounds
+    from hir.evaluation.rankers import evaluate_rankers, feast_lookup, ranker_events
+    from hir.graph.snapshot import window_bounds
+    from hir.serving.feast_store import table_types
 
     settings = Settings.from_env()
     partition = context.partition_key
@@ -279,8 +281,8 @@ def _ranker_table(results: dict) -> str:
     ),
 )
 def token_quality(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse) -> dg.MaterializeResult:
-    from hir.bom import load_store
-    from hir.token_quality import token_quality_figures
+    from hir.evaluation.token_quality import token_quality_figures
+    from hir.tokens.bom import load_store
 
     settings = Settings.from_env()
     partition = context.partition_key
@@ -317,7 +319,6 @@ def _quality_table(payload: dict) -> str:
 
 def _sizes_figure(payload: dict):
     import numpy as np
-
     from hir.plots import figure
 
     groupings = list(payload["groupings"].items())
@@ -348,7 +349,7 @@ def _sizes_plot(payload: dict) -> dg.MetadataValue:
     ),
 )
 def evaluation_report(context: dg.AssetExecutionContext, artifacts: ArtifactStore) -> dg.MaterializeResult:
-    from hir.eval_report import build_report
+    from hir.evaluation.report import build_report
     from hir.storage import write_bytes
 
     settings = Settings.from_env()
@@ -389,7 +390,6 @@ def _map_figure(path):
     """2-D PCA map of (at most 5,000) embeddings coloured by coarse prototype."""
     import numpy as np
     import pyarrow.parquet as pq
-
     from hir.plots import figure
 
     table = pq.read_table(path, columns=["embedding", "coarse_prototype"])

@@ -2,7 +2,7 @@
 
 Partition ``D`` has cut-off ``T`` = midnight UTC after ``D``. ``graph_snapshot`` holds only what
 happened before ``T``; ``eval_windows`` holds the validation and test events after it. The SQL lives
-in :mod:`hir.snapshot`; blocking checks re-read the written files and fail a snapshot that holds
+in :mod:`hir.graph.snapshot`; blocking checks re-read the written files and fail a snapshot that holds
 anything at or after ``T`` or an edge without its nodes, and windows that overlap the training data.
 
 A snapshot advances the edge state of the newest earlier partition by the new day's events
@@ -15,7 +15,6 @@ same standard as a full one.
 from datetime import datetime, timezone
 
 import dagster as dg
-
 from hir.partitions import cutoff_of, daily_partitions
 from hir.resources import ArtifactStore, Warehouse
 from hir.settings import Settings
@@ -56,7 +55,6 @@ def _plot(folder, summary) -> dg.MetadataValue:
     """Degree distribution (log-log) beside the edge count per type."""
     import numpy as np
     import pyarrow.parquet as pq
-
     from hir.plots import figure, png_markdown
 
     degree = pq.read_table(folder / "nodes.parquet", columns=["degree"]).column(0).to_numpy()
@@ -95,7 +93,7 @@ def _plot(folder, summary) -> dg.MetadataValue:
     ],
 )
 def graph_snapshot(context: dg.AssetExecutionContext, warehouse: Warehouse, artifacts: ArtifactStore):
-    from hir.snapshot import STATE_DIR, build_snapshot, verify_snapshot
+    from hir.graph.snapshot import STATE_DIR, build_snapshot, verify_snapshot
 
     settings = Settings.from_env()
     key = context.partition_key
@@ -150,7 +148,7 @@ def graph_snapshot(context: dg.AssetExecutionContext, warehouse: Warehouse, arti
     ],
 )
 def eval_windows(context: dg.AssetExecutionContext, warehouse: Warehouse, artifacts: ArtifactStore):
-    from hir.snapshot import build_windows, verify_windows
+    from hir.graph.snapshot import build_windows, verify_windows
 
     settings = Settings.from_env()
     cutoff = cutoff_of(context.partition_key)

@@ -6,10 +6,9 @@ in one transaction per input; an asset check proves every input row is accounted
 
 
 import dagster as dg
-
+from hir.errors import SourceError
 from hir.resources import Warehouse
 from hir.settings import Settings
-from hir.sources.base import SourceError
 
 INGEST_TABLES = ("entities", "events", "relations", "content", "rejected_rows")
 _DESCRIPTIONS = {
@@ -46,8 +45,8 @@ class IngestConfig(dg.Config):
     pool="duckdb_writer",
 )
 def ingest(context: dg.AssetExecutionContext, config: IngestConfig, warehouse: Warehouse):
-    from hir.sources import read_source
-    from hir.warehouse import load_batch, table_counts
+    from hir.graph.sources import read_source
+    from hir.graph.warehouse import load_batch, table_counts
 
     settings = Settings.from_env()
     kind = config.source or settings.source

@@ -9,10 +9,16 @@ applies the repository; ``feast_online`` materialises the partition into the SQL
 from pathlib import Path
 
 import dagster as dg
-
-from hir.feast_store import FeastStore, check_feature_table, table_partitions, table_path, table_types, view_name
 from hir.partitions import cutoff_of, daily_partitions
 from hir.resources import ArtifactStore
+from hir.serving.feast_store import (
+    FeastStore,
+    check_feature_table,
+    table_partitions,
+    table_path,
+    table_types,
+    view_name,
+)
 
 CHECKS = {
     "finite_vectors": ("nonfinite_rows", "every embedding holds finite numbers only"),
@@ -34,7 +40,7 @@ CHECKS = {
                  for name, (_, text) in CHECKS.items()],
 )
 def feature_tables(context: dg.AssetExecutionContext, artifacts: ArtifactStore):
-    from hir.feast_store import write_feature_tables
+    from hir.serving.feast_store import write_feature_tables
 
     partition = context.partition_key
     cutoff = cutoff_of(partition)

@@ -2,12 +2,11 @@
 
 ``bom_quantizer`` trains the hierarchical additive quantizer (:mod:`hir.models.quantizer`) on the
 partition's entity embeddings; ``bom_tokens`` turns codes and engagement into weighted bags
-(:mod:`hir.bom`); ``bom_index`` stores the inverted index as Parquet postings; ``token_descriptions``
+(:mod:`hir.tokens.bom`); ``bom_index`` stores the inverted index as Parquet postings; ``token_descriptions``
 names every token from the world knowledge of the entities holding it.
 """
 
 import dagster as dg
-
 from hir.partitions import cutoff_of, daily_partitions
 from hir.resources import ArtifactStore, TorchRuntime, Warehouse
 from hir.settings import Settings
@@ -46,7 +45,6 @@ def _require(path, what: str):
 def _usage_plot(usage: list[dict], codes) -> dg.MetadataValue:
     """Per level, codeword counts sorted from most to least used."""
     import numpy as np
-
     from hir.plots import figure, png_markdown
 
     fig, axes = figure(3.2 * len(usage), 2.8, ncols=len(usage))
@@ -72,8 +70,8 @@ def _usage_plot(usage: list[dict], codes) -> dg.MetadataValue:
     ),
 )
 def bom_quantizer(context: dg.AssetExecutionContext, artifacts: ArtifactStore, torch_runtime: TorchRuntime):
-    from hir.bom import codes_table, read_embeddings, train_quantizer
     from hir.storage import write_json, write_parquet
+    from hir.tokens.bom import codes_table, read_embeddings, train_quantizer
 
     settings = Settings.from_env()
     key = context.partition_key
@@ -116,9 +114,8 @@ def bom_quantizer(context: dg.AssetExecutionContext, artifacts: ArtifactStore, t
 )
 def bom_tokens(context: dg.AssetExecutionContext, artifacts: ArtifactStore):
     import pyarrow.parquet as pq
-
-    from hir.bom import bags_table, build_bags, engagement_matrix, read_codes
     from hir.storage import write_parquet
+    from hir.tokens.bom import bags_table, build_bags, engagement_matrix, read_codes
 
     settings = Settings.from_env()
     key = context.partition_key
@@ -164,9 +161,8 @@ def _bag_preview(table) -> str:
 def bom_index(context: dg.AssetExecutionContext, artifacts: ArtifactStore):
     import numpy as np
     import pyarrow.parquet as pq
-
-    from hir.bom import load_index, postings_table
     from hir.storage import write_parquet
+    from hir.tokens.bom import load_index, postings_table
 
     key = context.partition_key
     bags = pq.read_table(_require(artifacts.path("bom_tokens", key) / "tokens.parquet", "bom_tokens"))
@@ -224,9 +220,8 @@ def _unindexed(index, postings) -> int:
 )
 def token_descriptions(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse):
     import pyarrow.parquet as pq
-
-    from hir.bom import describe_tokens
     from hir.storage import write_bytes, write_parquet
+    from hir.tokens.bom import describe_tokens
 
     key = context.partition_key
     cutoff = cutoff_of(key)

@@ -22,11 +22,10 @@ the learned prototypes' NMI against a planted truth is reported beside theirs.
 import shutil
 
 import dagster as dg
-
+from hir.errors import SourceError
 from hir.partitions import cutoff_of, daily_partitions
 from hir.resources import ArtifactStore, TorchRuntime, Warehouse
 from hir.settings import Settings
-from hir.sources.base import SourceError
 
 PARTITIONS = daily_partitions()
 GROUP = "training"
@@ -238,7 +237,6 @@ def _require_finite(embedding, entity_ids, keys: dict) -> None:
 def _embedding_plot(embedding, coarse) -> dg.MetadataValue:
     """Prototype sizes beside a 2-D PCA map of (at most 5,000) embeddings coloured by coarse prototype."""
     import numpy as np
-
     from hir.plots import figure, png_markdown
 
     fig, (left, right) = figure(10, 3.4, ncols=2)
@@ -277,7 +275,6 @@ def entity_embeddings(
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
-
     from hir.models.trainer import embed_all, load_model, nested_clusters, read_configs
     from hir.storage import write_parquet
 

@@ -2,7 +2,7 @@
 
 ``text_embeddings`` and ``image_embeddings`` are DuckDB tables in the warehouse keyed by
 ``(content_hash, model)`` with ``FLOAT[d]`` vectors (layout, caching and pruning rules in
-:mod:`hir.embedding_store`): a re-run embeds only new or changed content, a model change re-embeds
+:mod:`hir.world_knowledge.store`): a re-run embeds only new or changed content, a model change re-embeds
 everything. ``image_embeddings`` holds the CLIP image-tower vector of each image and the CLIP
 text-tower vector of the same content's text, so images and text share a space; without usable
 CLIP weights it materialises with zero rows and says why.
@@ -12,16 +12,15 @@ CLIP weights it materialises with zero rows and says why.
 model VARCHAR``; one L2-normalised row per entity with usable content) and ``meta.json`` — the
 contract the encoder reads; without any text or image vector it is empty (dimension 0) and its
 metadata says why. The fusion scheme is ``normalise([MiniLM ; normalise(mean of CLIP
-image and CLIP text)])`` with missing blocks zero and flagged; see :func:`hir.embedding_store.fuse`.
+image and CLIP text)])`` with missing blocks zero and flagged; see :func:`hir.world_knowledge.store.fuse`.
 
 All three hold the DuckDB file while they run, so they use the ``duckdb_writer`` pool: DuckDB lets
 no other process open a file that a writer holds.
 """
 
 import dagster as dg
-
-from hir.embedders import ImageEmbedder, TextEmbedder
 from hir.resources import ArtifactStore, Warehouse
+from hir.world_knowledge.embedders import ImageEmbedder, TextEmbedder
 
 GROUP = "world_knowledge"
 _PREVIEW_ROWS = 10
@@ -36,7 +35,7 @@ def _progress(context: dg.AssetExecutionContext, what: str):
 
 
 def _counts(report) -> dict:
-    """Metadata shared by both embedding assets, from an :class:`hir.embedding_store.EmbedReport`."""
+    """Metadata shared by both embedding assets, from an :class:`hir.world_knowledge.store.EmbedReport`."""
     return {
         "dagster/row_count": dg.MetadataValue.int(report.total),
         "model": dg.MetadataValue.text(report.model),
@@ -74,7 +73,7 @@ def _head(vector, n: int = 4) -> str:
     "cached by (content_hash, model): a re-run embeds only new or changed text.",
 )
 def text_embeddings(context: dg.AssetExecutionContext, warehouse: Warehouse, text_embedder: TextEmbedder) -> dg.MaterializeResult:
-    from hir.embedding_store import embed_texts
+    from hir.world_knowledge.store import embed_texts
 
     with warehouse.connect() as con:
         report = embed_texts(con, text_embedder, progress=_progress(context, "text"))
@@ -98,8 +97,8 @@ def text_embeddings(context: dg.AssetExecutionContext, warehouse: Warehouse, tex
     "space; cached by (content_hash, model). Without local CLIP weights: zero rows and the reason.",
 )
 def image_embeddings(context: dg.AssetExecutionContext, warehouse: Warehouse, image_embedder: ImageEmbedder) -> dg.MaterializeResult:
-    from hir.embedders import EmbedderError
-    from hir.embedding_store import embed_clip
+    from hir.world_knowledge.embedders import EmbedderError
+    from hir.world_knowledge.store import embed_clip
 
     with warehouse.connect() as con:
         try:
@@ -117,7 +116,7 @@ def image_embeddings(context: dg.AssetExecutionContext, warehouse: Warehouse, im
 def _image_metadata(con, report) -> dict:
     """Image counts, the skipped files with their reasons, and a preview, for ``image_embeddings``
     (all empty while the table does not exist: no content has had text or an image yet)."""
-    from hir.embedding_store import CLIP_TABLE, known_image_failures, table_exists
+    from hir.world_knowledge.store import CLIP_TABLE, known_image_failures, table_exists
 
     images, texts, rows = 0, 0, []
     if table_exists(con, CLIP_TABLE):
@@ -161,9 +160,9 @@ def world_knowledge(
     text_embedder: TextEmbedder,
     image_embedder: ImageEmbedder,
 ) -> dg.MaterializeResult:
-    from hir.embedders import EmbedderError
-    from hir.embedding_store import fuse
     from hir.storage import write_json, write_parquet
+    from hir.world_knowledge.embedders import EmbedderError
+    from hir.world_knowledge.store import fuse
 
     try:
         clip_model = image_embedder.model_id
@@ -212,9 +211,8 @@ def _fused_preview(table) -> str:
 def _map(table, dimension: int) -> dg.MetadataValue:
     """A 2-D PCA map of up to 2,000 fused vectors, coloured by which modalities they carry."""
     import numpy as np
-
-    from hir.embedding_store import arrow_to_vectors
     from hir.plots import figure, png_markdown
+    from hir.world_knowledge.store import arrow_to_vectors
 
     sample = table.slice(0, 2000)
     x, _ = arrow_to_vectors(sample.column("vector"), dimension)

@@ -1,6 +1,6 @@
 """The hir Feast definitions: one entity, file source and feature view per entity type, and ``ranker_v1``.
 
-For each entity type ``T`` (the built-in types of ``hir.feast_store.BUILTIN_ENTITY_TYPES`` and any
+For each entity type ``T`` (the built-in types of ``hir.serving.feast_store.BUILTIN_ENTITY_TYPES`` and any
 other type the ``feature_tables`` asset has written):
 
 - entity ``T`` with join key ``T_key`` (the source's own key string, what callers know);
@@ -11,11 +11,11 @@ other type the ``feature_tables`` asset has written):
   ``fine_interest`` (Int64), ``model_version`` (String);
 
 and the feature service ``ranker_v1`` (user and ad views: what a click/conversion ranker reads).
-The objects are built by ``hir.feast_store.feast_objects`` so the platform applies exactly what
+The objects are built by ``hir.serving.feast_store.feast_objects`` so the platform applies exactly what
 ``feast apply`` would; this module only binds them to module names, where Feast's CLI finds them.
 """
 
-from hir.feast_store import feast_objects
+from hir.serving.feast_store import feast_objects
 from hir.settings import Settings
 
 globals().update(feast_objects(Settings.from_env().artifacts_dir))

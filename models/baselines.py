@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 import torch
-from torch import nn
-
 from hir.models.metrics import evaluate_queries
+from torch import nn
 
 
 @dataclass

@@ -27,11 +27,10 @@ import math
 from dataclasses import asdict, dataclass
 
 import torch
-from torch import nn
-
 from hir.models.attention import BiasedSelfAttention, TokenStructure, tree_distance
 from hir.models.hashing import hash64
 from hir.models.sampler import View
+from torch import nn
 
 _HASH_SEEDS = (0x2545F491, 0x1B873593, 0x68E31DA4, 0x3C6EF372, 0x0B4F9E3D, 0x5F356495, 0x7A4C3F21, 0x19D699A5)
 

@@ -20,7 +20,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-
 from hir.models.graph import TemporalGraph, build_csr
 
 SECONDS_PER_DAY = 86_400.0

@@ -36,7 +36,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields
 
 import torch
-
 from hir.models.graph import TemporalGraph
 from hir.models.hashing import uniform_hash
 

@@ -19,11 +19,16 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from safetensors.torch import save_file
-
 from hir.models.graph import load_snapshot
 from hir.models.sampler import SamplerConfig
-from hir.models.trainer import CheckpointMismatch, TrainConfig, Trainer, encoder_config_for, read_world_knowledge
+from hir.models.trainer import (
+    CheckpointMismatch,
+    TrainConfig,
+    Trainer,
+    encoder_config_for,
+    read_world_knowledge,
+)
+from safetensors.torch import save_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

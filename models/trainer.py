@@ -52,8 +52,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from safetensors.torch import load_file, save_file
-
 from hir.models.encoder import EncoderConfig, HIREncoder, gather_wk
 from hir.models.engagement import (
     SECONDS_PER_DAY,
@@ -65,8 +63,17 @@ from hir.models.engagement import (
     random_negatives,
 )
 from hir.models.graph import TemporalGraph
-from hir.models.losses import Prototypes, collapse_metrics, hierarchy_loss, info_nce, sinkhorn, soft_cross_entropy, standardize
+from hir.models.losses import (
+    Prototypes,
+    collapse_metrics,
+    hierarchy_loss,
+    info_nce,
+    sinkhorn,
+    soft_cross_entropy,
+    standardize,
+)
 from hir.models.sampler import SamplerConfig, ViewSampler
+from safetensors.torch import load_file, save_file
 
 CHECKPOINT_FILES = ("model.safetensors", "optimizer.safetensors", "config.json", "state.json")
 # Fields that may differ between a checkpoint and a resumed run: they change no number.

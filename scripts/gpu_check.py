@@ -56,8 +56,7 @@ def compare(seq: int, device, reference: str = "dense", candidate: str = "flex")
     peak CUDA memory (MiB) of the reference and the candidate.
     """
     import torch
-
-    from hir.bench.attention import make_problem
+    from hir.cli.bench.attention import make_problem
 
     module, x, structure = make_problem(4, seq, 4, 32, seed=0, device=device)
     ref, ref_ms, ref_mb = _timed(module, x, structure, reference, torch)

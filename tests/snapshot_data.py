@@ -6,8 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import duckdb
 import pandas as pd
-
-from hir.warehouse import connect
+from hir.graph.warehouse import connect
 
 UTC = timezone.utc
 DAY0 = datetime(2026, 1, 1, tzinfo=UTC)

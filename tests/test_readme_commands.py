@@ -1,6 +1,6 @@
 """The README's commands, run as written from a shell whose PATH lacks the virtual environment.
 
-One small pipeline (``make run`` with the settings of :data:`hir.bench.faults.SMALL_RUN`) is shared
+One small pipeline (``make run`` with the settings of :data:`hir.cli.bench.faults.SMALL_RUN`) is shared
 by the module. ``make ui`` must serve the asset graph, ``make serve`` must answer
 ``POST /get-online-features``, and every row of the README's "Command line" table runs once: the
 table is parsed, each placeholder (``USER_KEY``, ``N``, …) is filled from :func:`fills`, an
@@ -21,10 +21,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from conftest import REPO
+from hir.cli.bench.faults import SMALL_RUN, run_env
+from hir.cli.bench.feast import free_port, post_online
 from user_setup import HIR, serving, without_environment_on_path, write_events_only
-
-from hir.bench.faults import SMALL_RUN, run_env
-from hir.bench.feast import free_port, post_online
 
 pytestmark = [
     pytest.mark.slow,

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from hir.graph.sources import SOURCE_MODULES
 from hir.settings import Settings
-from hir.sources import SOURCE_MODULES
 
 # Ingest is driven by the schedule and the sensor; everything after it follows its parents.
 FOLLOWING = dg.AutomationCondition.eager()

@@ -12,9 +12,9 @@ from typing import Iterator
 
 import dagster as dg
 
-from hir.embedders import ImageEmbedder, TextEmbedder
 from hir.settings import Settings
 from hir.storage import atomic_dir
+from hir.world_knowledge.embedders import ImageEmbedder, TextEmbedder
 
 
 class Warehouse(dg.ConfigurableResource):
@@ -25,7 +25,7 @@ class Warehouse(dg.ConfigurableResource):
 
     @contextlib.contextmanager
     def connect(self, read_only: bool = False) -> Iterator["duckdb.DuckDBPyConnection"]:  # noqa: F821
-        from hir.warehouse import connect
+        from hir.graph.warehouse import connect
 
         with connect(self.path, read_only=read_only, threads=self.threads) as con:
             yield con
@@ -70,7 +70,7 @@ class TorchRuntime(dg.ConfigurableResource):
 
 
 def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
-    from hir.feast_store import FeastStore
+    from hir.serving.feast_store import FeastStore
 
     return {
         "feast": FeastStore.from_settings(settings),

@@ -12,10 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-
-class SettingsError(ValueError):
-    """A setting has a value the platform cannot use; the message names the variable."""
-
+from hir.errors import SettingsError
 
 # Half-life in days of each edge type's time decay; types not listed use ``default_half_life_days``.
 DEFAULT_HALF_LIVES = {
@@ -94,7 +91,7 @@ class Settings:
     # empty turns them off).
     sequence_events: str = "purchase,buy,conversion"
     # Advance the previous partition's edge state by the new day's events instead of re-reading the
-    # whole log (false: every snapshot is a full rebuild). See hir.snapshot.
+    # whole log (false: every snapshot is a full rebuild). See hir.graph.snapshot.
     snapshot_incremental: bool = True
 
     # World knowledge.
@@ -130,7 +127,7 @@ class Settings:
     finetune_steps: int = 60
     embed_batch: int = 256  # anchors per inference batch
 
-    # Bag-of-Meaning tokens (hir.models.quantizer, hir.bom).
+    # Bag-of-Meaning tokens (hir.models.quantizer, hir.tokens.bom).
     bom_codes: str = "16,64,256"  # codewords per level, coarse first; the count is M codebooks
     bom_iterations: int = 8  # alternating rounds of codebook least squares and code update
     bom_train_sample: int = 100_000  # embeddings sampled to train the codebooks (all are encoded)

@@ -18,9 +18,7 @@ from typing import Any, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-
-class StorageError(OSError):
-    """Writing to the data home failed (disk full, read-only, …); earlier outputs are intact."""
+from hir.errors import StorageError
 
 
 def _tmp_sibling(path: Path) -> Path:

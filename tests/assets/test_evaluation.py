@@ -5,8 +5,7 @@ import json
 import re
 
 import pytest
-
-from hir.evaluation import beating_every_baseline
+from hir.evaluation.protocols import beating_every_baseline
 
 SECTIONS = ("## Retrieval (test window, full ranking)", "## Cold start", "## Rankers", "## Token quality",
             "### recall curves", "### cluster sizes", "### embedding map", "## Run")
@@ -15,7 +14,7 @@ SECTIONS = ("## Retrieval (test window, full ranking)", "## Cold start", "## Ran
 @pytest.fixture(scope="module")
 def evaluated(tmp_path_factory, one_thread):
     """One `hir eval synthetic --json` run (20,000 events, 20 training steps, 1 thread)."""
-    from hir.cli import main
+    from hir.cli.main import main
 
     home = tmp_path_factory.mktemp("hir_eval_home")
     with pytest.MonkeyPatch.context() as mp:

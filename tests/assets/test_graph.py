@@ -6,12 +6,11 @@ from datetime import datetime, timezone
 
 import dagster as dg
 import pyarrow.parquet as pq
-from snapshot_data import add_events, tiny_warehouse
-
 from hir.assets.graph import eval_windows, graph_snapshot
+from hir.graph.warehouse import connect
 from hir.resources import build_resources
 from hir.settings import Settings
-from hir.warehouse import connect
+from snapshot_data import add_events, tiny_warehouse
 
 PARTITION = "2026-01-04"  # cut-off 2026-01-05 00:00 UTC
 

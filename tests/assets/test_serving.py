@@ -7,11 +7,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
 from hir.assets.serving import feast_online, feast_registry, feature_tables
-from hir.bench.feast import write_fake_upstream
-from hir.feast_store import FeastStore, table_path
+from hir.cli.bench.feast import write_fake_upstream
 from hir.resources import build_resources
+from hir.serving.feast_store import FeastStore, table_path
 from hir.storage import write_parquet
 
 P1, P2, P3 = "2026-01-05", "2026-01-06", "2026-01-07"

@@ -17,14 +17,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-
 from hir.assets.tokens import bom_index, bom_quantizer, bom_tokens, token_descriptions
-from hir.bom import describe_tokens, find_bag, load_store
-from hir.cli import main
+from hir.cli.main import main
+from hir.graph.warehouse import connect
 from hir.partitions import cutoff_of
 from hir.resources import build_resources
 from hir.storage import write_parquet
-from hir.warehouse import connect
+from hir.tokens.bom import describe_tokens, find_bag, load_store
 
 PARTITION = "2026-01-10"
 COARSE, FINE, DIM = 4, 3, 16

@@ -5,7 +5,6 @@ import json
 import dagster as dg
 import pyarrow.parquet as pq
 import pytest
-
 from hir.models.planted import planted_events, write_snapshot
 from hir.partitions import cutoff_of
 
@@ -15,8 +14,8 @@ DAY1, DAY2 = "2026-01-05", "2026-01-06"
 @pytest.fixture
 def home(data_home, monkeypatch):
     """Two daily snapshots of a planted graph, its entities and planted truth in the warehouse."""
+    from hir.graph.warehouse import connect
     from hir.settings import Settings
-    from hir.warehouse import connect
 
     for name, value in {
         "HIR_TRAIN_STEPS": "6", "HIR_FINETUNE_STEPS": "2", "HIR_TRAIN_BATCH": "8", "HIR_TRAIN_DIM": "16",
@@ -81,10 +80,9 @@ def test_encoder_then_embeddings_then_warm_start(home):
 
 @pytest.mark.slow
 def test_entity_embeddings_fall_back_to_dense_when_flex_disagrees(home, monkeypatch):
+    import hir.models.trainer as trainer
     import numpy as np
     import torch
-
-    import hir.models.trainer as trainer
     from hir.assets.training import entity_embeddings, hir_encoder
     from hir.models.graph import load_snapshot
 
@@ -104,7 +102,6 @@ def test_entity_embeddings_fall_back_to_dense_when_flex_disagrees(home, monkeypa
 
 def test_non_finite_embeddings_are_refused_by_name():
     import numpy as np
-
     from hir.assets.training import _require_finite
 
     embedding = np.ones((3, 4), np.float32)

@@ -10,12 +10,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import shared_data
-from tiny_open_clip import write_tiny_clip
-
-from hir.assets.world_knowledge import image_embeddings, text_embeddings, world_knowledge
-from hir.embedders import ImageEmbedder, TextEmbedder
+from hir.assets.world_knowledge import (
+    image_embeddings,
+    text_embeddings,
+    world_knowledge,
+)
+from hir.graph.warehouse import connect
 from hir.resources import ArtifactStore, Warehouse
-from hir.warehouse import connect
+from hir.world_knowledge.embedders import ImageEmbedder, TextEmbedder
+from tiny_open_clip import write_tiny_clip
 
 # The same content hash the ingest loader computes.
 _UPSERT = """
@@ -172,7 +175,6 @@ def test_model_change_re_embeds_everything_and_missing_weights_fall_back_to_text
 
 def test_content_without_text_or_image_gives_empty_world_knowledge_and_says_why(settings, tmp_path):
     import torch
-
     from hir.assets.world_knowledge import EMPTY_REASON
     from hir.models.trainer import read_world_knowledge as read_for_training
 

@@ -8,9 +8,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from hir.cli.bench.feast import free_port
 from user_setup import HIR, serving, without_environment_on_path
-
-from hir.bench.feast import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

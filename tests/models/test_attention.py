@@ -13,7 +13,6 @@ import sys
 
 import pytest
 import torch
-
 from hir.models.attention import BiasedSelfAttention, TokenStructure
 
 # (batch, sequence): lengths on and off the kernel's vector width, up to a broad view past 128 tokens.

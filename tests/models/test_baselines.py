@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from hir.models import baselines as b
 from hir.models.metrics import pad_targets
 

@@ -6,7 +6,6 @@ import dataclasses
 
 import pytest
 import torch
-
 from hir.models.attention import BiasedSelfAttention, TokenStructure, tree_distance
 from hir.models.encoder import EncoderConfig, HIREncoder, gather_wk
 from hir.models.graph import TemporalGraph, build_csr

@@ -1,7 +1,6 @@
 """The engagement head learns which edges exist on a planted graph; negatives and AUC behave."""
 
 import torch
-
 from hir.models.engagement import (
     EngagementHead,
     auc,

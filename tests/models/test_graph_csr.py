@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from hir.models.graph import SnapshotError, build_csr, load_snapshot
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 EDGE_TYPES = ["click", "in_category", "view"]
 

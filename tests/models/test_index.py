@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from hir.models.index import InvertedIndex
 
 TYPES = ["ad", "product", "user"]

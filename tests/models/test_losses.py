@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-
 from hir.models.losses import (
     Prototypes,
     collapse_metrics,

@@ -7,8 +7,12 @@ import math
 import numpy as np
 import pytest
 import torch
-
-from hir.models.metrics import evaluate_queries, exclusion_mask, pad_targets, ranking_metrics
+from hir.models.metrics import (
+    evaluate_queries,
+    exclusion_mask,
+    pad_targets,
+    ranking_metrics,
+)
 
 
 def test_single_target_hand_computed():

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from hir.models.quantizer import HierarchicalQuantizer, QuantizerConfig, kmeans, split_token, token_ids
+from hir.models.quantizer import (
+    HierarchicalQuantizer,
+    QuantizerConfig,
+    kmeans,
+    split_token,
+    token_ids,
+)
 
 
 def planted(n: int = 1200, dim: int = 16, coarse: int = 4, fine: int = 3, seed: int = 0):

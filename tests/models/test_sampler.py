@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from hir.models.graph import TemporalGraph, build_csr
 from hir.models.sampler import SamplerConfig, View, ViewSampler, ancestors_from_parent
 

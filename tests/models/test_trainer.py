@@ -7,8 +7,6 @@ import sys
 
 import pytest
 import torch
-from safetensors.torch import load_file
-
 from hir.models.encoder import EncoderConfig
 from hir.models.engagement import auc
 from hir.models.losses import usage_entropy
@@ -22,6 +20,7 @@ from hir.models.trainer import (
     encoder_config_for,
     load_model,
 )
+from safetensors.torch import load_file
 
 SAMPLER = SamplerConfig(broad_tokens=24, broad_walkers=12, broad_steps=6, narrow_tokens=8, narrow_walkers=8, narrow_steps=3)
 
@@ -166,9 +165,8 @@ def test_interest_clusters_come_from_the_graph_not_only_the_noisy_item_content(p
     """Items carry content that names their planted fine interest for only 30% of them (the rest
     name a random one), users none. Clustering that content alone barely finds the planted coarse
     interests; after training on the graph with it, the clusters of items and of users do."""
-    from sklearn.metrics import normalized_mutual_info_score as nmi
-
     from hir.models.trainer import nested_clusters
+    from sklearn.metrics import normalized_mutual_info_score as nmi
 
     events, graph, entity = planted
     gen = torch.Generator().manual_seed(1)
@@ -191,9 +189,8 @@ def test_interest_clusters_come_from_the_graph_not_only_the_noisy_item_content(p
 
 
 def test_nested_clusters_ignore_a_type_offset_and_nest():
-    from sklearn.metrics import normalized_mutual_info_score
-
     from hir.models.trainer import nested_clusters
+    from sklearn.metrics import normalized_mutual_info_score
 
     gen = torch.Generator().manual_seed(0)
     labels = torch.arange(400) % 4

@@ -3,7 +3,6 @@
 from datetime import datetime, timezone
 
 import dagster as dg
-
 from hir.definitions import build_definitions
 
 

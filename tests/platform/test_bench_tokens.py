@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from hir.cli import main
+from hir.cli.main import main
 
 
 def _json_line(capsys) -> dict:

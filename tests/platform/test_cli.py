@@ -1,9 +1,8 @@
 """`hir run` ingests into the data home (an events-only csv log runs to the end), records runs in its Dagster instance, and reports mistakes in one line; `hir ui` needs nothing on PATH."""
 
 import duckdb
+from hir.cli.main import main
 from user_setup import write_events_only
-
-from hir.cli import main
 
 
 def test_run_ingest_only_records_runs(data_home, monkeypatch, capsys):
@@ -32,10 +31,9 @@ def test_events_only_csv_runs_to_the_end_without_world_knowledge(data_home, tmp_
     import json
 
     import dagster as dg
-
-    from hir.bench.faults import SMALL_RUN
-    from hir.commands.lookup import lookup
-    from hir.feast_store import FeastStore
+    from hir.cli.bench.faults import SMALL_RUN
+    from hir.cli.commands.lookup import lookup
+    from hir.serving.feast_store import FeastStore
     from hir.settings import Settings
 
     for var, value in SMALL_RUN.items():

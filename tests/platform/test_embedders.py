@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import shared_data
 from tiny_open_clip import TINY_CLIP, write_tiny_clip
 
@@ -24,7 +23,7 @@ def cosine(a, b) -> float:
 
 
 def test_default_text_model_loads_offline_and_ranks_paraphrases(monkeypatch):
-    from hir.embedders import DEFAULT_TEXT_MODEL_ID, TextEmbedder
+    from hir.world_knowledge.embedders import DEFAULT_TEXT_MODEL_ID, TextEmbedder
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     embedder = TextEmbedder(batch_size=8)
@@ -42,7 +41,7 @@ def test_default_text_model_loads_offline_and_ranks_paraphrases(monkeypatch):
 
 
 def test_unknown_text_model_is_a_clear_error(monkeypatch, tmp_path):
-    from hir.embedders import EmbedderError, TextEmbedder
+    from hir.world_knowledge.embedders import EmbedderError, TextEmbedder
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(EmbedderError, match="HIR_TEXT_MODEL='no-such-org/no-such-model'"):
@@ -51,9 +50,8 @@ def test_unknown_text_model_is_a_clear_error(monkeypatch, tmp_path):
 
 def test_tiny_clip_checkpoint_loads_through_the_product_path(tiny_clip):
     import torch
+    from hir.world_knowledge.embedders import ImageEmbedder
     from PIL import Image
-
-    from hir.embedders import ImageEmbedder
 
     config, weights, original = tiny_clip
     embedder = ImageEmbedder(model=str(config), checkpoint=str(weights), batch_size=4)
@@ -77,7 +75,7 @@ def test_tiny_clip_checkpoint_loads_through_the_product_path(tiny_clip):
 
 
 def test_corrupt_and_missing_images_are_reported_and_skipped(tiny_clip, tmp_path):
-    from hir.embedders import ImageEmbedder
+    from hir.world_knowledge.embedders import ImageEmbedder
 
     config, weights, _ = tiny_clip
     corrupt = tmp_path / "corrupt.jpg"
@@ -95,9 +93,8 @@ def test_corrupt_and_missing_images_are_reported_and_skipped(tiny_clip, tmp_path
 
 
 def test_no_weights_gives_a_reason_and_never_random_weights(tiny_clip, tmp_path, monkeypatch):
-    from hir.embedders import EmbedderError, ImageEmbedder
-
     import huggingface_hub.constants
+    from hir.world_knowledge.embedders import EmbedderError, ImageEmbedder
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-hf-cache"))
@@ -117,8 +114,7 @@ def test_no_weights_gives_a_reason_and_never_random_weights(tiny_clip, tmp_path,
 
 def test_pretrained_tag_resolves_to_the_local_hugging_face_cache_only(tmp_path, monkeypatch):
     import huggingface_hub.constants
-
-    from hir.embedders import resolve_clip_weights
+    from hir.world_knowledge.embedders import resolve_clip_weights
 
     cache = tmp_path / "hf-cache"
     repo = cache / "models--laion--CLIP-ViT-B-32-laion2B-s34B-b79K"

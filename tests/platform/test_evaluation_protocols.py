@@ -9,11 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
-from hir import evaluation
+from hir.errors import SourceError
+from hir.evaluation.protocols import protocols as evaluation
 from hir.models.baselines import PopularityScorer, RandomScorer, Scorer
-from hir.sources.base import SourceError
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -214,7 +212,7 @@ def test_headline_is_the_sequence_scorer_on_leave_last_out_only():
 
 
 def test_hir_eval_amazon_seq_end_to_end(tmp_path, data_home, capsys):
-    from hir.cli import main
+    from hir.cli.main import main
 
     write_tiny_beauty(tmp_path)
     code = main(["eval", "amazon_seq", "--path", str(tmp_path), "--json", "--seed", "3", "--max-epochs", "3", "--no-hir"])
@@ -232,7 +230,7 @@ def test_hir_eval_amazon_seq_end_to_end(tmp_path, data_home, capsys):
 
 
 def test_hir_eval_refuses_missing_path_and_unknown_baseline(data_home, capsys):
-    from hir.cli import main
+    from hir.cli.main import main
 
     assert main(["eval", "amazon_seq"]) == 2
     assert main(["eval", "synthetic", "--baselines", "popularity,magic"]) == 2
@@ -245,7 +243,7 @@ def test_unix_seconds_whatever_the_resolution():
 
 
 def test_hir_eval_synthetic_temporal(data_home, monkeypatch, capsys):
-    from hir.cli import main
+    from hir.cli.main import main
 
     monkeypatch.setenv("HIR_SYNTHETIC_EVENTS", "20000")
     code = main(["eval", "synthetic", "--json", "--baselines", "popularity,cooccurrence,als", "--no-hir"])

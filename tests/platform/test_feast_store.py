@@ -9,9 +9,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from hir.bench.feast import free_port, post_online, start_server, stop_server, write_fake_upstream
-from hir.feast_store import (
+from hir.cli.bench.feast import (
+    free_port,
+    post_online,
+    start_server,
+    stop_server,
+    write_fake_upstream,
+)
+from hir.errors import SettingsError
+from hir.partitions import cutoff_of
+from hir.serving.feast_store import (
     REPO_DIR,
     FeastStore,
     check_feature_table,
@@ -19,8 +26,7 @@ from hir.feast_store import (
     type_name,
     write_feature_tables,
 )
-from hir.partitions import cutoff_of
-from hir.settings import Settings, SettingsError
+from hir.settings import Settings
 from hir.storage import atomic_dir, write_parquet
 
 P1, P2 = "2026-01-05", "2026-01-06"
@@ -139,7 +145,7 @@ def test_feast_reads_the_repository_from_any_directory(world, tmp_path, monkeypa
 
 
 def test_hir_lookup_reports_unknown_keys_as_missing(world, capsys):
-    from hir.cli import main
+    from hir.cli.main import main
 
     home = str(world["settings"].data_home)
     assert main(["lookup", "user", "user-1", "nobody", "--json", "--data-home", home]) == 0

@@ -1,12 +1,18 @@
-"""Ranker examples, features and metrics (hir.ranker) and token-quality figures (hir.token_quality)."""
+"""Ranker examples, features and metrics (hir.evaluation.rankers) and token-quality figures (hir.evaluation.token_quality)."""
 
 import math
 
 import numpy as np
 import pandas as pd
-
-from hir.ranker import base_features, binary_metrics, embedding_lookup, evaluate_rankers, hir_features, window_examples
-from hir.token_quality import collapse, purity
+from hir.evaluation.rankers import (
+    base_features,
+    binary_metrics,
+    embedding_lookup,
+    evaluate_rankers,
+    hir_features,
+    window_examples,
+)
+from hir.evaluation.token_quality import collapse, purity
 
 IMP, CLICK = frozenset({"impression"}), frozenset({"click"})
 
@@ -82,8 +88,8 @@ def test_collapse_and_purity():
 def test_partition_split_tests_on_the_test_window_only(settings):
     from datetime import datetime, timezone
 
-    from hir.eval_data import partition_split
-    from hir.warehouse import connect
+    from hir.evaluation.data import partition_split
+    from hir.graph.warehouse import connect
 
     cutoff = datetime(2026, 1, 3, tzinfo=timezone.utc)
     with connect(settings.warehouse_path) as con:

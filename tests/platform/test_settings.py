@@ -1,6 +1,6 @@
 import pytest
-
-from hir.settings import Settings, SettingsError
+from hir.errors import SettingsError
+from hir.settings import Settings
 
 
 def test_env_overrides_defaults(tmp_path):

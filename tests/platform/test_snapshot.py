@@ -9,14 +9,20 @@ from datetime import datetime, timedelta, timezone
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
-from snapshot_data import DAY0, add_events, fill, tiny_warehouse
-
 from conftest import shared_data
+from hir.graph.snapshot import (
+    build_snapshot,
+    build_windows,
+    verify_snapshot,
+    verify_windows,
+)
+from hir.graph.warehouse import connect
 from hir.models.graph import load_snapshot
 from hir.settings import Settings
-from hir.snapshot import build_snapshot, build_windows, verify_snapshot, verify_windows
-from hir.warehouse import connect
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+from snapshot_data import DAY0, add_events, fill, tiny_warehouse
 
 UTC = timezone.utc
 TYPES = ["click", "view", "purchase", "unlisted"]  # "unlisted" uses the default half-life
@@ -214,8 +220,8 @@ def test_windows_check_fails_on_overlap_with_training(tiny, tmp_path):
 
 def test_taobao_snapshot_has_nothing_on_or_after_the_cutoff_day(tmp_path):
     """The real UserBehavior head, through its adapter and the warehouse loader."""
-    from hir.sources import read_source
-    from hir.warehouse import load_batch
+    from hir.graph.sources import read_source
+    from hir.graph.warehouse import load_batch
 
     csv = shared_data("taobao_userbehavior") / "UserBehavior_head.csv"
     cutoff = datetime(2017, 12, 2, tzinfo=UTC)
@@ -286,8 +292,8 @@ def test_advancing_a_state_equals_the_full_rebuild(tmp_path_factory, raw, late, 
 
 
 def _synthetic_warehouse(tmp_path, settings):
-    from hir.sources.synthetic import generate
-    from hir.warehouse import load_batch
+    from hir.graph.sources.synthetic import generate
+    from hir.graph.warehouse import load_batch
 
     path = tmp_path / "w.duckdb"
     with connect(path) as con:
@@ -350,7 +356,7 @@ def test_a_state_built_with_other_half_lives_is_not_advanced(tiny, tmp_path):
 
 
 def test_configure_sets_the_memory_cap_and_a_spill_folder_it_creates(tmp_path):
-    from hir.snapshot import configure
+    from hir.graph.snapshot import configure
 
     spill = tmp_path / "a" / "b"
     with connect(":memory:") as con:

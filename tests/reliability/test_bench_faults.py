@@ -4,8 +4,7 @@ the kill path is tests/reliability/test_kill_recovery.py)."""
 import json
 
 import pytest
-
-from hir import cli
+from hir.cli.main import main as cli
 
 
 @pytest.mark.slow

@@ -5,14 +5,23 @@ import json
 import random
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings, strategies as st
-
-from hir.bench import faults
-from hir.bench.faults import ADAPTERS, HOSTILE, SQL_LIKE, Mutation, fuzz, fuzz_rows, hostile_case, mutate_row
+from hir.cli.bench import faults
+from hir.cli.bench.faults import (
+    ADAPTERS,
+    HOSTILE,
+    SQL_LIKE,
+    Mutation,
+    fuzz,
+    fuzz_rows,
+    hostile_case,
+    mutate_row,
+)
+from hir.errors import SourceError
+from hir.graph.sources import read_source
+from hir.graph.warehouse import CANONICAL_TABLES, connect, load_batch, table_counts
 from hir.settings import Settings
-from hir.sources import read_source
-from hir.sources.base import SourceError
-from hir.warehouse import CANONICAL_TABLES, connect, load_batch, table_counts
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 values = st.one_of(st.sampled_from(HOSTILE), st.text(max_size=40))
 raw_bytes = st.one_of(
@@ -80,7 +89,7 @@ def _csv_input(folder, users, titles):
         f"{json.dumps('p' + str(i))},{json.dumps(t)},shoes,red\n" for i, t in enumerate(titles))
     (folder / "events.csv").write_text(events)
     (folder / "items.csv").write_text(items)
-    from hir.bench.faults import MAPPING
+    from hir.cli.bench.faults import MAPPING
 
     (folder / "mapping.yaml").write_text(MAPPING)
     return folder

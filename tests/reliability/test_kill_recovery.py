@@ -8,10 +8,9 @@ import dagster as dg
 import pytest
 from dagster._core.events import DagsterEvent, DagsterEventType, EngineEventData
 from dagster._core.storage.dagster_run import DagsterRun, make_new_run_id
-
-from hir.bench.faults import compare, kill_sequence, outputs, run_to_end
+from hir.cli.bench.faults import compare, kill_sequence, outputs, run_to_end
+from hir.cli.runner import release_dead_runs
 from hir.instance import prepare
-from hir.runner import release_dead_runs
 
 RUN_TIMEOUT = 1200  # seconds one small `hir run` may take on a loaded 2-core machine
 

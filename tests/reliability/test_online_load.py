@@ -2,10 +2,9 @@
 
 import numpy as np
 import pytest
-
-from hir.bench.faults import _feature_embeddings, online_load
-from hir.feast_store import FeastStore
+from hir.cli.bench.faults import _feature_embeddings, online_load
 from hir.partitions import cutoff_of
+from hir.serving.feast_store import FeastStore
 
 HOSTILE_KEY = "'; DROP TABLE events; --"
 

@@ -5,9 +5,9 @@ import os
 import pickle
 
 import pytest
-
-from hir import cli
-from hir.settings import Settings, SettingsError
+from hir.cli.main import main as cli
+from hir.errors import SettingsError
+from hir.settings import Settings
 
 
 class _Payload:

@@ -6,10 +6,11 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from hir import cli, storage
+from hir import storage
+from hir.cli.main import main as cli
+from hir.errors import StorageError
 from hir.resources import ArtifactStore
-from hir.storage import StorageError, write_parquet
+from hir.storage import write_parquet
 
 
 def _fail_replace(monkeypatch, code):
@@ -71,8 +72,7 @@ def test_read_only_data_home_is_one_line(data_home, capsys):
 
 def test_warehouse_io_failure_during_ingest_is_one_line(data_home, monkeypatch, capsys):
     import duckdb
-
-    from hir import warehouse
+    from hir.graph import warehouse
 
     def full_disk(*args, **kwargs):
         raise duckdb.IOException("IO Error: Could not write file: No space left on device")

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from hir.models.attention import BiasedSelfAttention
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"

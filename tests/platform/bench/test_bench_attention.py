@@ -6,8 +6,7 @@ import argparse
 
 import pytest
 import torch
-
-from hir.bench import attention as bench
+from hir.cli.bench import attention as bench
 
 
 def test_random_structure_is_a_padded_view_tree():

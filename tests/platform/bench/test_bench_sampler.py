@@ -7,8 +7,7 @@ import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from hir.bench import sampler as bench
+from hir.cli.bench import sampler as bench
 
 
 def _args(**overrides) -> argparse.Namespace:

@@ -9,8 +9,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-
-from hir.bench import snapshot as bench
+from hir.cli.bench import snapshot as bench
 from hir.settings import Settings
 
 

@@ -3,8 +3,8 @@
 import argparse
 import json
 
-from hir.bench.sources import run, write_rows
-from hir.cli import main
+from hir.cli.bench.sources import run, write_rows
+from hir.cli.main import main
 
 
 def test_generated_rows_all_accepted_and_reported(tmp_path):

@@ -4,8 +4,7 @@ benchmark's engagement AUC sees what training learned."""
 import argparse
 
 import pytest
-
-from hir.bench import refresh
+from hir.cli.bench import refresh
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -17,7 +16,7 @@ def _args(module, argv):
 
 
 def test_bench_train_reports_throughput_and_mfu():
-    from hir.bench import train
+    from hir.cli.bench import train
 
     args = _args(train, "--steps 1 --warmup 0 --batch 4 --dim 16 --layers 1 --heads 2 --broad-tokens 8 "
                         "--narrow-tokens 4 --users 40 --matmul 128 --device cpu".split())

@@ -4,13 +4,12 @@ import json
 
 import pandas as pd
 import pytest
-
 from conftest import shared_data
+from hir.errors import SourceError
+from hir.graph.sources import read_source
+from hir.graph.sources.amazon_seq import ANCHOR
+from hir.graph.warehouse import connect, load_batch, table_counts
 from hir.settings import Settings
-from hir.sources import read_source
-from hir.sources.amazon_seq import ANCHOR
-from hir.sources.base import SourceError
-from hir.warehouse import connect, load_batch, table_counts
 
 MAPS = {
     "user2id": {"U1": "1", "U2": "2"},

@@ -5,12 +5,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from conftest import REPO, shared_data
+from hir.errors import SourceError
+from hir.graph.sources import read_source
+from hir.graph.warehouse import connect, load_batch, table_counts
 from hir.settings import Settings
-from hir.sources import read_source
-from hir.sources.base import SourceError
-from hir.warehouse import connect, load_batch, table_counts
 
 FASHION_MAPPING = REPO / "tests" / "fixtures" / "fashion_mapping.yaml"
 

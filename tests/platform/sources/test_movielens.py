@@ -4,12 +4,11 @@ import shutil
 
 import pandas as pd
 import pytest
-
 from conftest import shared_data
+from hir.errors import SourceError
+from hir.graph.sources import read_source
+from hir.graph.warehouse import connect, load_batch, table_counts
 from hir.settings import Settings
-from hir.sources import read_source
-from hir.sources.base import SourceError
-from hir.warehouse import connect, load_batch, table_counts
 
 MOVIES = 'movieId,title,genres\n1,Toy Story (1995),Adventure|Animation\n2,"Heat, The (1995)",(no genres listed)\n'
 RATINGS = "userId,movieId,rating,timestamp\n1,1,4.0,964982703\n1,2,3.5,964981247\n2,1,5.0,964982224\n"
@@ -108,7 +107,7 @@ def test_loading_the_same_folder_twice_adds_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_cli_missing_file_exits_2_with_one_line(tmp_path, data_home, monkeypatch, capsys):
-    from hir.cli import main
+    from hir.cli.main import main
 
     folder = _folder(tmp_path, ratings=None)
     monkeypatch.setenv("HIR_SOURCE", "movielens")

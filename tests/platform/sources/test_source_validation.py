@@ -2,9 +2,8 @@
 
 import pandas as pd
 import pytest
-
-from hir.sources.base import SourceError
-from hir.sources.validate import read_lines, read_table
+from hir.errors import SourceError
+from hir.graph.sources.validate import read_lines, read_table
 
 COLUMNS = ["user", "item", "ts"]
 

@@ -2,13 +2,11 @@
 
 import hashlib
 
-import numpy as np
 import pandas as pd
 import pytest
-
+from hir.graph.sources.synthetic import generate
+from hir.graph.warehouse import connect, load_batch
 from hir.settings import Settings
-from hir.sources.synthetic import generate
-from hir.warehouse import connect, load_batch
 
 
 def _digest(batch) -> str:
@@ -41,7 +39,7 @@ def test_hierarchy_and_truth(batch):
     assert set(zip(truth.entity_type, truth.source_key)) <= keys
     # Product titles use the words of their own fine interest.
     products = batch.content[batch.content.entity_type == "product"].merge(truth, on=["entity_type", "source_key"])
-    from hir.sources.synthetic_vocab import interest_table
+    from hir.graph.sources.synthetic_vocab import interest_table
 
     _, _, words = interest_table(8, 6)
     hits = [any(w in text for w in words[c][f]) for text, c, f in zip(products.text, products.coarse_interest, products.fine_interest)]

@@ -5,13 +5,12 @@ import json
 
 import pandas as pd
 import pytest
-
 from conftest import shared_data
+from hir.errors import SourceError
+from hir.graph.sources import read_source
+from hir.graph.sources.taobao_ads import SAMPLE_START, SAMPLE_STEP
+from hir.graph.warehouse import connect, load_batch, table_counts
 from hir.settings import Settings
-from hir.sources import read_source
-from hir.sources.base import SourceError
-from hir.sources.taobao_ads import SAMPLE_START, SAMPLE_STEP
-from hir.warehouse import connect, load_batch, table_counts
 
 T0 = 1494201600  # 2017-05-08 00:00 UTC
 

@@ -2,12 +2,11 @@
 
 import pandas as pd
 import pytest
-
 from conftest import shared_data
+from hir.errors import SourceError
+from hir.graph.sources import read_source
+from hir.graph.warehouse import connect, load_batch, table_counts
 from hir.settings import Settings
-from hir.sources import read_source
-from hir.sources.base import SourceError
-from hir.warehouse import connect, load_batch, table_counts
 
 GOOD = "1,2268318,2520377,pv,1511544070\n1,2333346,2520771,cart,1511561733\n2,2268318,2520377,buy,1511572885\n"
 

@@ -1,0 +1,205 @@
+"""Evaluate retrieval on a data set with every baseline of the same run.
+
+``amazon_seq``: the published leave-last-out protocol (train on all but each user's last two
+items, validate on the second to last, test on the last, full ranking over all items with the
+user's earlier items masked; Recall@5/10, NDCG@5/10), so results sit beside the S3-Rec/TIGER
+tables. ``synthetic``, ``taobao_userbehavior``, ``movielens``: the temporal protocol (train before
+the cut-off, test on the target events after it; Recall@10/50, NDCG@10, MRR, and a cold-start
+slice). The last line with ``--json`` is one JSON object: the data set, hir's figures, every
+baseline's figures, and the run's protocol, settings and seed. The top-level figures are those of
+the scorer named by ``headline`` (:func:`hir.evaluation.protocols.headline_scorer`: ``hir_seq`` on
+leave-last-out when SASRec runs, else ``hir``); ``hir`` holds every hir scorer's row, and
+``hir_scorers_beating_every_baseline`` names those above every baseline on Recall@10 and NDCG@10.
+
+hir's figures: the whole pipeline (``hir.cli.runner.run_pipeline``: ingest, world knowledge, snapshot,
+training, embeddings, tokens, Feast, evaluation assets) runs on its own data home
+``<data home>/eval/<dataset>[_<folder>]`` for the newest complete partition, and the partition's
+entity embeddings score (:func:`hir.evaluation.data.hir_factories`: ``hir``, the user·item cosine over
+the encoder's InfoNCE temperature plus the item's log prior; ``hir_recent``, the same queried with
+the user's last items; ``hir_no_prior``, the plain dot product; ``hir_engagement``, ``hir``'s top
+candidates re-ranked by the encoder's engagement head; ``hir_seq``, with ``sasrec`` among the
+baselines, SASRec whose item table starts from hir's item embeddings; ``hir_bom``, Bag-of-Meaning
+overlap). The encoder's training budget is the pipeline's (``HIR_TRAIN_STEPS``, ``HIR_TRAIN_BATCH``).
+Temporal data sets are then split at that partition's cut-off (tested on its test window), so hir
+and every baseline see the same split; ``amazon_seq`` keeps the published split, whose training
+part is exactly the snapshot before cut-off 2014-12-31 (the source dates each user's last item
+2015-01-01 and the one before 2014-12-31). The rankers' figures (``ranker_eval``) come along.
+``--no-hir`` skips the pipeline (``"hir": "not run"``); ``--reuse`` keeps a finished pipeline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+HELP = "evaluate retrieval with all baselines on one data set (published or temporal protocol)"
+
+DATASETS = ("amazon_seq", "synthetic", "taobao_userbehavior", "movielens")
+BASELINES = ("popularity", "cooccurrence", "als", "lightgcn", "sasrec", "text_world_knowledge")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dataset", choices=DATASETS, help="source kind to evaluate")
+    parser.add_argument("--path", help="input file or folder (not for synthetic)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on the last line")
+    parser.add_argument("--seed", type=int, help="seed of every stochastic baseline (default HIR_SEED)")
+    parser.add_argument("--baselines", default=",".join(BASELINES),
+                        help=f"comma-separated subset of {', '.join(BASELINES)}")
+    parser.add_argument("--max-epochs", type=int, default=None,
+                        help="bound on SASRec and LightGCN epochs (default: their configs)")
+    parser.add_argument("--no-hir", action="store_true", help="baselines only: do not run the pipeline")
+    parser.add_argument("--reuse", action="store_true",
+                        help="reuse the evaluation data home's finished pipeline (its entity embeddings) if present")
+
+
+def _progress(message: str) -> None:
+    print(f"[hir eval {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hir.errors import SettingsError
+    from hir.settings import Settings
+
+    settings = Settings.from_env()
+    seed = settings.seed if args.seed is None else args.seed
+    chosen = [b.strip() for b in args.baselines.split(",") if b.strip()]
+    unknown = sorted(set(chosen) - set(BASELINES))
+    if unknown:
+        raise SettingsError(f"--baselines: unknown {', '.join(unknown)}; choose from {', '.join(BASELINES)}")
+    if args.dataset != "synthetic" and not args.path:
+        raise SettingsError(f"hir eval {args.dataset} needs --path")
+    report = evaluate_dataset(args.dataset, args.path, settings, seed, chosen, args.max_epochs,
+                              with_hir=not args.no_hir, reuse=args.reuse)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(json.dumps(report, indent=2))
+    return 0
+
+
+def evaluate_dataset(dataset: str, path: str | None, settings, seed: int, baselines: list[str],
+                     max_epochs: int | None = None, with_hir: bool = True, reuse: bool = False) -> dict:
+    """Build the split of ``dataset``, fit and evaluate hir and ``baselines`` on it, return the report.
+
+    Args:
+        dataset: source kind; path: its file or folder; settings: platform settings (the data home
+            holds the evaluation data homes); seed: every stochastic baseline's seed;
+        baselines: names; max_epochs: bound on the neural baselines;
+        with_hir: run the pipeline and evaluate hir; reuse: keep a finished pipeline's artefacts.
+    """
+    import torch
+
+    from hir.evaluation.protocols import protocols as evaluation
+
+    torch.set_num_threads(max(1, settings.threads))
+    started = time.perf_counter()
+    pipeline = _pipeline(dataset, path, settings, reuse) if with_hir else None
+    split, name, ks, key_maps = _split(dataset, path, settings, pipeline)
+    _progress(f"{name}: {json.dumps(split.info)}")
+    factories, skipped = evaluation.baseline_factories(split, settings, seed, baselines, max_epochs)
+    results = evaluation.run_scorers(split, factories, ks, _progress)
+    report = {"dataset": name}
+    hir = {}
+    if pipeline is not None:
+        from hir.evaluation.data import hir_factories
+
+        sequence = (lambda: evaluation.sasrec_config(seed, max_epochs)) if "sasrec" in baselines else None
+        hir_scorers = hir_factories(split, pipeline["settings"].artifacts_dir, pipeline["partition"],
+                                    pipeline["settings"], *key_maps, sequence_config=sequence)
+        hir = evaluation.run_scorers(split, hir_scorers, ks, _progress)
+    headline = evaluation.headline_scorer(split.info, hir) if hir else None
+    for k in ks:
+        report[f"recall@{k}"] = hir[headline][f"recall@{k}"] if hir else None
+        report[f"ndcg@{k}"] = hir[headline][f"ndcg@{k}"] if hir else None
+    report["headline"] = headline
+    report["hir"] = hir if hir else "not run"
+    report["baselines"] = results
+    report["best_baseline"] = max(results, key=lambda b: results[b][f"ndcg@{ks[-1]}"]) if results else None
+    report["hir_scorers_beating_every_baseline"] = evaluation.beating_every_baseline(hir, results) if hir else []
+    report["skipped"] = skipped
+    if pipeline is not None:
+        report["rankers"] = _rankers(pipeline)
+        report["pipeline"] = {"data_home": str(pipeline["settings"].data_home), "partition": pipeline["partition"],
+                              "train_steps": pipeline["settings"].train_steps, "train_dim": pipeline["settings"].train_dim,
+                              "train_batch": pipeline["settings"].train_batch, "bom_codes": pipeline["settings"].bom_codes,
+                              "report": str(pipeline["settings"].data_home / "reports" / f"evaluation_{pipeline['partition']}.md")}
+    report["protocol"] = split.info
+    report["seed"] = seed
+    report["settings"] = evaluation.run_settings(settings, max_epochs)
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    return report
+
+
+def _pipeline(dataset: str, path: str | None, settings, reuse: bool) -> dict:
+    """Run (or, with ``reuse``, find) the pipeline of ``dataset`` on its own data home.
+
+    Returns ``{"settings": the data home's settings, "partition": the evaluated day}``.
+    """
+    import dataclasses
+    import os
+
+    from hir.cli.runner import newest_complete_partition, run_pipeline
+
+    name = dataset if path is None else f"{dataset}_{Path(path).resolve().name}"
+    home = settings.data_home / "eval" / name
+    home.mkdir(parents=True, exist_ok=True)
+    source_path = str(Path(path).resolve()) if path else ""
+    env = {"HIR_DATA_HOME": str(home), "HIR_SOURCE": dataset, "HIR_SOURCE_PATH": source_path,
+           "DAGSTER_HOME": str(home / "dagster")}
+    os.environ.update(env)  # the assets read their settings from the environment
+    pipeline_settings = dataclasses.replace(settings, data_home=home, source=dataset, source_path=source_path)
+    partition = newest_complete_partition(pipeline_settings) if pipeline_settings.warehouse_path.exists() else None
+    done = partition is not None and (pipeline_settings.artifacts_dir / "entity_embeddings" / partition / "embeddings.parquet").exists()
+    if not (reuse and done):
+        _progress(f"running the pipeline on {home}")
+        run_pipeline(pipeline_settings)
+        partition = newest_complete_partition(pipeline_settings)
+    return {"settings": pipeline_settings, "partition": partition}
+
+
+def _split(dataset: str, path: str | None, settings, pipeline: dict | None):
+    """The split, report name, cut-offs K and hir's key maps (split key → entity source key)."""
+    from hir.evaluation.protocols import protocols as evaluation
+
+    if dataset == "amazon_seq":
+        split = evaluation.amazon_split(Path(path))
+        return split, f"amazon_{split.info['dataset']}", (5, 10), _amazon_key_maps(Path(path))
+    if pipeline is not None:
+        from hir.evaluation.data import partition_split
+        from hir.graph.warehouse import connect
+        from hir.partitions import cutoff_of
+
+        with connect(pipeline["settings"].warehouse_path, read_only=True) as con:
+            split = partition_split(con, cutoff_of(pipeline["partition"]), pipeline["settings"])
+        return split, dataset, (10, 50), ()
+    from hir.graph.sources import read_source
+
+    batch = read_source(dataset, path, settings)
+    split = evaluation.temporal_split(batch.events, batch.entities, batch.content,
+                                      evaluation.TEMPORAL_TARGETS[dataset], settings.test_days)
+    return split, dataset, (10, 50), ()
+
+
+def _amazon_key_maps(path: Path) -> tuple:
+    """Integer user/item ids of the sequence file → reviewer ids / ASINs (the entities' keys)."""
+    import numpy as np
+
+    folder = path if path.is_dir() else path.parent
+    maps = sorted(folder.glob("*datamaps.json"))
+    if not maps:
+        return ()
+    data = json.loads(maps[0].read_text(encoding="utf-8"))
+    users, items = data.get("id2user", {}), data.get("id2item", {})
+    return (lambda keys: np.array([users.get(str(k), str(k)) for k in keys]),
+            lambda keys: np.array([items.get(str(k), str(k)) for k in keys]))
+
+
+def _rankers(pipeline: dict) -> dict:
+    """The pipeline's ``ranker_eval`` figures (AUC etc. with and without hir features)."""
+    results = pipeline["settings"].artifacts_dir / "ranker_eval" / pipeline["partition"] / "results.json"
+    if not results.exists():
+        return {"status": "not run"}
+    return json.loads(results.read_text(encoding="utf-8"))["results"]

@@ -1,0 +1,406 @@
+"""Evaluation protocols: the published leave-last-out protocol and the temporal cut-off protocol.
+
+Both turn input data into a :class:`Split` — training interactions, validation queries (for early
+stopping) and test queries — on which every :class:`~hir.models.baselines.Scorer` is fitted and
+evaluated in the same run, by :func:`run_scorers`.
+
+* :func:`leave_last_out` (``amazon_seq``, S3-Rec/TIGER tables): train on all but each user's last
+  two items, validate on the second to last (history: the training part), test on the last
+  (history: all earlier items); every item is a candidate except the user's earlier items.
+* :func:`temporal_split` (dated sources): cut-off ``T``; scorers train on user→item events before
+  ``T`` (less each user's last one, which is the validation target) and are tested on the distinct
+  items of target-type events in ``[T, end]`` (e.g. ``buy``), ranked against every item of the
+  target's entity type; plus a cold-start slice: targets with no interaction at all before ``T``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+from hir.errors import SourceError
+from hir.graph.sources.base import require_file
+from hir.models.baselines import Interactions, Queries, Scorer, evaluate
+from hir.models.metrics import pad_targets
+
+DAY = 86_400.0
+
+
+@dataclass
+class Split:
+    """One evaluation split over dense user and item indices.
+
+    Attributes:
+        train: what scorers are fitted on.
+        validation: queries for early stopping (history = ``train``).
+        test: the reported queries.
+        slices: further named subsets of the test queries (e.g. ``cold_start``).
+        item_keys: source key of each item index; user_keys likewise.
+        item_text: text of each item index (``None`` where it has none), or ``None`` when the
+            source has no item text at all.
+        info: protocol facts for the report (cut-off, windows, counts).
+    """
+
+    train: Interactions
+    validation: Queries
+    test: Queries
+    item_keys: np.ndarray
+    user_keys: np.ndarray
+    item_text: list[str | None] | None = None
+    slices: dict[str, Queries] = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
+
+
+def _csr(rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.array([len(r) for r in rows], dtype=np.int64)
+    indices = np.concatenate(rows + [np.empty(0, np.int64)]).astype(np.int64)
+    return np.concatenate([[0], np.cumsum(lengths)]), indices
+
+
+def read_sequence_file(path: Path) -> tuple[list[str], list[list[str]]]:
+    """Read an S3-Rec style file: one user a line, ``user item item ...`` in chronological order.
+
+    Raises :class:`SourceError` naming the file and line for a line without items.
+    """
+    users, sequences = [], []
+    with open(require_file(path, "sequence file"), encoding="utf-8") as fh:
+        for number, line in enumerate(fh, 1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) < 2:
+                raise SourceError(f"{path}:{number}: user {parts[0]!r} has no items")
+            users.append(parts[0])
+            sequences.append(parts[1:])
+    if not users:
+        raise SourceError(f"{path}: no user sequences")
+    return users, sequences
+
+
+def leave_last_out(user_keys: list[str], sequences: list[list[str]]) -> Split:
+    """The published protocol on chronological sequences (see the module docstring).
+
+    Users with fewer than three items contribute to training only what precedes their
+    validation/test items; a user needs two items to be tested and three to be validated.
+    """
+    item_keys = np.array(sorted({i for s in sequences for i in s}, key=lambda k: (len(k), k)))
+    index = {k: n for n, k in enumerate(item_keys)}
+    seqs = [np.array([index[i] for i in s], dtype=np.int64) for s in sequences]
+    n_users, n_items = len(seqs), len(item_keys)
+
+    def interactions(cut: int) -> Interactions:
+        parts = [s[: max(len(s) - cut, 0)] for s in seqs]
+        users = np.repeat(np.arange(n_users), [len(p) for p in parts])
+        times = np.concatenate([np.arange(len(p)) for p in parts] + [np.empty(0)])
+        return Interactions(users, np.concatenate(parts + [np.empty(0, np.int64)]), times, n_users, n_items)
+
+    train, test_history = interactions(2), interactions(1)
+
+    def queries(back: int, history: Interactions) -> Queries:
+        users = np.array([u for u, s in enumerate(seqs) if len(s) >= back + 2], dtype=np.int64)
+        targets = np.array([seqs[u][-1 - back] for u in users], dtype=np.int64)
+        indptr, indices = _csr([seqs[u][: len(seqs[u]) - 1 - back] for u in users])
+        return Queries(users, pad_targets(targets), history, indptr, indices)
+
+    info = {"protocol": "leave_last_out", "users": n_users, "items": n_items,
+            "interactions": int(sum(len(s) for s in seqs)), "masking": "user's earlier items"}
+    return Split(train, queries(1, train), queries(0, test_history), item_keys, np.array(user_keys), info=info)
+
+
+def read_amazon_item_text(folder: Path, item_keys: np.ndarray) -> list[str | None] | None:
+    """Item text from ``*_datamaps.json`` (``item2id``: ASIN → item id) and ``*_item_textual_ids.txt``
+    (``ASIN text`` per line); ``None`` if either file is absent."""
+    maps = sorted(folder.glob("*datamaps.json"))
+    texts = sorted(folder.glob("*textual_ids.txt"))
+    if not maps or not texts:
+        return None
+    asin_of = {str(v): k for k, v in json.loads(maps[0].read_text(encoding="utf-8"))["item2id"].items()}
+    text_of = {}
+    for line in texts[0].read_text(encoding="utf-8").splitlines():
+        asin, _, text = line.partition(" ")
+        if asin:
+            text_of[asin] = text.strip() or None
+    return [text_of.get(asin_of.get(str(k), ""), None) for k in item_keys]
+
+
+def amazon_split(path: Path) -> Split:
+    """Leave-last-out split of an ``amazon_seq`` folder (``<Name>.txt`` sequences) or sequence file."""
+    path = Path(path)
+    if path.is_dir():
+        candidates = [p for p in sorted(path.glob("*.txt")) if not p.name.endswith("textual_ids.txt")]
+        if not candidates:
+            raise SourceError(f"{path}: no sequence file (<Name>.txt, one user a line)")
+        seq_file, folder = candidates[0], path
+    else:
+        seq_file, folder = path, path.parent
+    users, sequences = read_sequence_file(seq_file)
+    split = leave_last_out(users, sequences)
+    split.item_text = read_amazon_item_text(folder, split.item_keys)
+    split.info["dataset"] = seq_file.stem.lower()
+    return split
+
+
+@dataclass(frozen=True)
+class TemporalTarget:
+    """What counts as a future interaction to predict.
+
+    Attributes:
+        event_types: target event types (e.g. ``{"buy", "purchase"}``).
+        min_value: keep only target events with ``value >= min_value`` (ratings), or ``None``.
+        mask_seen: remove items the user interacted with before ``T`` from its candidates.
+        test_share: the cut-off is the last midnight at or before this quantile of target times
+            (capped so the test window holds at least the last ``test_days``).
+    """
+
+    event_types: frozenset[str]
+    min_value: float | None = None
+    mask_seen: bool = False
+    test_share: float = 0.1
+
+
+TEMPORAL_TARGETS = {
+    "taobao_userbehavior": TemporalTarget(frozenset({"buy", "purchase"})),
+    "movielens": TemporalTarget(frozenset({"rating"}), min_value=4.0, mask_seen=True),
+    "synthetic": TemporalTarget(frozenset({"purchase"})),
+}
+
+
+def _unix_seconds(ts: pd.Series) -> np.ndarray:
+    """Unix seconds of a timestamp column, whatever its resolution (s, ms, us, ns)."""
+    return (pd.to_datetime(ts, utc=True) - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy()
+
+
+def choose_cutoff(target_times: np.ndarray, end: float, target: TemporalTarget, test_days: float) -> float:
+    """Midnight (UTC) at or before the ``1 - test_share`` quantile of target times, and no later
+    than ``end - test_days`` rounded down to midnight."""
+    quantile = float(np.quantile(target_times, 1.0 - target.test_share))
+    latest = end - test_days * DAY
+    return float(np.floor(min(quantile, latest) / DAY) * DAY)
+
+
+def temporal_split(events: pd.DataFrame, entities: pd.DataFrame, content: pd.DataFrame,
+                   target: TemporalTarget, test_days: float = 1.0, cutoff: float | None = None) -> Split:
+    """The temporal protocol on canonical source frames (see the module docstring).
+
+    Args:
+        events: ``src_type, src_key, dst_type, dst_key, event_type, ts, value`` (SourceBatch.events).
+        entities: ``entity_type, source_key, ...`` — every entity of the target type is a candidate.
+        content: ``entity_type, source_key, text, ...`` for the text-only scorer.
+        target: what to predict; test_days: minimum test window; cutoff: ``T`` in unix seconds
+            (default: :func:`choose_cutoff`).
+    """
+    ev = events[events["src_type"] == "user"].copy()
+    ev["t"] = _unix_seconds(ev["ts"])
+    is_target = ev["event_type"].isin(target.event_types)
+    if target.min_value is not None:
+        is_target &= ev["value"].astype(float) >= target.min_value
+    if not is_target.any():
+        raise SourceError(f"no {'/'.join(sorted(target.event_types))} events to predict")
+    item_type = ev.loc[is_target, "dst_type"].mode().iloc[0]
+    ev = ev[ev["dst_type"] == item_type]
+    is_target = is_target[ev.index]
+    end = float(ev["t"].max())
+    if cutoff is None:
+        cutoff = choose_cutoff(ev.loc[is_target, "t"].to_numpy(), end, target, test_days)
+    item_keys = np.array(sorted(set(entities.loc[entities["entity_type"] == item_type, "source_key"].astype(str)) | set(ev["dst_key"].astype(str))))
+    user_keys = np.array(sorted(set(ev["src_key"].astype(str))))
+    item_index = pd.Index(item_keys).get_indexer(ev["dst_key"].astype(str))
+    user_index = pd.Index(user_keys).get_indexer(ev["src_key"].astype(str))
+    before = ev["t"].to_numpy() < cutoff
+    n_users, n_items = len(user_keys), len(item_keys)
+    history = Interactions(user_index[before], item_index[before], ev["t"].to_numpy()[before], n_users, n_items)
+    train, validation = _hold_out_last(history)
+    in_test = (~before) & is_target.to_numpy()
+    test_pairs = pd.DataFrame({"u": user_index[in_test], "i": item_index[in_test]}).drop_duplicates()
+    test = _window_queries(test_pairs, history, target.mask_seen)
+    seen_items = np.zeros(n_items, dtype=bool)
+    seen_items[history.items] = True
+    cold = _window_queries(test_pairs[~seen_items[test_pairs["i"].to_numpy()]], history, target.mask_seen)
+    text = content[content["entity_type"] == item_type].drop_duplicates("source_key").set_index("source_key")["text"]
+    item_text = [text.get(k) if isinstance(text.get(k), str) else None for k in item_keys] if len(text) else None
+    info = {"protocol": "temporal", "item_type": item_type, "target_events": sorted(target.event_types),
+            "target_min_value": target.min_value, "cutoff": pd.Timestamp(cutoff, unit="s", tz="UTC").isoformat(),
+            "test_window_end": pd.Timestamp(end, unit="s", tz="UTC").isoformat(), "users": n_users, "items": n_items,
+            "train_interactions": len(history), "test_queries": len(test.users), "cold_start_queries": len(cold.users),
+            "masking": "items seen before the cut-off" if target.mask_seen else "none"}
+    return Split(train, validation, test, item_keys, user_keys, item_text, {"cold_start": cold}, info)
+
+
+def _hold_out_last(history: Interactions) -> tuple[Interactions, Queries]:
+    """Training = history less each user's last event; validation = that event (users with >= 2 events)."""
+    order = np.lexsort((np.arange(len(history)), history.times, history.users))
+    users_sorted = history.users[order]
+    is_last = np.ones(len(order), dtype=bool)
+    is_last[:-1] = users_sorted[:-1] != users_sorted[1:]
+    counts = np.bincount(history.users, minlength=history.n_users)
+    held = order[is_last & (counts[users_sorted] >= 2)]
+    keep = np.ones(len(history), dtype=bool)
+    keep[held] = False
+    train = Interactions(history.users[keep], history.items[keep], history.times[keep], history.n_users, history.n_items)
+    val_users, val_items = history.users[held], history.items[held]
+    indptr, rows = train.sequences()
+    indptr_ex, indices_ex = _csr([rows[indptr[u] : indptr[u + 1]] for u in val_users])
+    return train, Queries(val_users, pad_targets(val_items), train, indptr_ex, indices_ex)
+
+
+def _window_queries(pairs: pd.DataFrame, history: Interactions, mask_seen: bool) -> Queries:
+    """One query per user in ``pairs`` (columns ``u``, ``i``) with its distinct target items."""
+    grouped = pairs.groupby("u")["i"].apply(lambda s: np.sort(s.to_numpy()))
+    users = grouped.index.to_numpy(dtype=np.int64)
+    targets = pad_targets([list(v) for v in grouped.to_numpy()]) if len(users) else pad_targets(np.empty(0, np.int64))
+    if not mask_seen:
+        return Queries(users, targets, history)
+    seen = history.matrix(binary=True)
+    indptr, indices = _csr([seen.indices[seen.indptr[u] : seen.indptr[u + 1]].astype(np.int64) for u in users])
+    return Queries(users, targets, history, indptr, indices)
+
+
+def run_scorers(split: Split, factories: dict[str, Callable[[], Scorer]], ks: Iterable[int],
+                progress: Callable[[str], None] = lambda _: None) -> dict[str, dict]:
+    """Fit each scorer on ``split.train`` (watching ``split.validation``) and evaluate it on the
+    test queries and every slice. Returns ``{name: {metric: value, ..., "fit_seconds": s,
+    "epochs": n (neural baselines), "<slice>": {metric: value}}}``."""
+    ks = tuple(ks)
+    results = {}
+    for name, make in factories.items():
+        started = time.perf_counter()
+        progress(f"fitting {name}")
+        scorer = make().fit(split.train, split.validation)
+        fitted = time.perf_counter() - started
+        row = {k: round(v, 6) if isinstance(v, float) else v for k, v in evaluate(scorer, split.test, ks).items()}
+        for slice_name, queries in split.slices.items():
+            if len(queries.users):
+                sub = evaluate(scorer, queries, ks)
+                row[slice_name] = {k: round(v, 6) if isinstance(v, float) else v for k, v in sub.items()}
+        row["fit_seconds"] = round(fitted, 1)
+        if hasattr(scorer, "epochs_run"):
+            row["epochs"] = scorer.epochs_run
+        results[name] = row
+        progress(f"{name}: " + ", ".join(f"{k}={v}" for k, v in row.items() if not isinstance(v, dict)))
+    return results
+
+
+def item_text_vectors(texts: list[str | None], settings) -> np.ndarray:
+    """``[n_items, d]`` L2-normalised text vectors (``HIR_TEXT_MODEL``); zero rows for items without text."""
+    from hir.world_knowledge.embedders import TextEmbedder
+
+    embedder = TextEmbedder(model=settings.text_model, batch_size=settings.text_batch_size, device=settings.embed_device)
+    present = [n for n, t in enumerate(texts) if t]
+    vectors = embedder.embed([texts[n] for n in present])
+    out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
+    out[present] = vectors
+    return out
+
+
+def embedding_scorer(split: Split, user_keys, user_vectors, item_keys, item_vectors, name: str = "hir") -> Scorer:
+    """An :class:`~hir.models.baselines.EmbeddingScorer` aligned to ``split``'s indices by source key.
+
+    Args:
+        split: the evaluation split (its ``user_keys`` and ``item_keys`` fix the row order).
+        user_keys, user_vectors: source keys and ``[n, d]`` vectors of users (e.g. hir's entity
+            embeddings of type ``user``); item_keys, item_vectors: likewise for items.
+        name: the scorer's name in reports.
+    Users or items without a vector score 0.
+    """
+    from hir.models.baselines import EmbeddingScorer
+
+    def aligned(keys, vectors, wanted):
+        vectors = np.asarray(vectors, dtype=np.float32)
+        out = np.zeros((len(wanted), vectors.shape[1]), dtype=np.float32)
+        where = pd.Index([str(k) for k in keys]).get_indexer([str(k) for k in wanted])
+        out[where >= 0] = vectors[where[where >= 0]]
+        return out
+
+    return EmbeddingScorer(aligned(user_keys, user_vectors, split.user_keys),
+                           aligned(item_keys, item_vectors, split.item_keys), name=name)
+
+
+def popularity_half_life(split: Split, settings) -> float | None:
+    """Half-life in the unit of the split's times: seconds for dated data, none for order-only data."""
+    if split.info.get("protocol") != "temporal":
+        return None
+    return settings.half_life(split.info["target_events"][0]) * DAY
+
+
+def beating_every_baseline(hir: dict[str, dict], baselines: dict[str, dict], metrics=("recall@10", "ndcg@10")) -> list[str]:
+    """The hir scorers strictly above every baseline on every one of ``metrics`` (rows of :func:`run_scorers`)."""
+    return sorted(name for name, row in hir.items()
+                  if all(row[m] > other[m] for other in baselines.values() for m in metrics))
+
+
+def headline_scorer(protocol: dict, hir: dict[str, dict]) -> str:
+    """The hir scorer whose figures head a report: ``hir_seq`` on the leave-last-out protocol, whose
+    task is the next item of a sequence, when it ran (with the SASRec baseline); ``hir`` otherwise."""
+    return "hir_seq" if protocol.get("protocol") == "leave_last_out" and "hir_seq" in hir else "hir"
+
+
+def bounded(config, seed: int, max_epochs: int | None):
+    """A neural scorer's :class:`~hir.models.baselines.TrainConfig` with the run's seed and epoch bound."""
+    config.seed = seed
+    if max_epochs is not None:
+        config.max_epochs = max_epochs
+    return config
+
+
+def sasrec_config(seed: int, max_epochs: int | None):
+    """The SASRec configuration of a run: the baseline's and hir_seq's, so the two differ only in
+    where their item table starts."""
+    from hir.models.baselines import SASRecConfig
+
+    config = SASRecConfig()
+    config.train = bounded(config.train, seed, max_epochs)
+    return config
+
+
+def baseline_factories(split: Split, settings, seed: int, names: Iterable[str],
+                       max_epochs: int | None = None) -> tuple[dict[str, Callable[[], Scorer]], dict[str, str]]:
+    """Constructors of the chosen baselines for ``split``, and ``{name: reason}`` for those skipped.
+
+    Args:
+        split: the evaluation split; settings: platform settings (threads, text model, half-lives);
+        seed: seed of every stochastic baseline; names: baselines to build;
+        max_epochs: bound on the neural baselines' epochs (default: their configs).
+    """
+    from hir.models import baselines as b
+
+    def text_scorer() -> Scorer:
+        return b.TextScorer(item_text_vectors(split.item_text, settings))
+
+    available = {
+        "popularity": lambda: b.PopularityScorer(popularity_half_life(split, settings)),
+        "cooccurrence": b.CooccurrenceScorer,
+        "als": lambda: b.ALSScorer(seed=seed, threads=settings.threads),
+        "lightgcn": lambda: b.LightGCNScorer(config=bounded(b.LightGCNScorer.default_config(), seed, max_epochs)),
+        "sasrec": lambda: b.SASRecScorer(sasrec_config(seed, max_epochs)),
+        "text_world_knowledge": text_scorer,
+    }
+    skipped = {}
+    if not split.item_text or not any(split.item_text):
+        skipped["text_world_knowledge"] = "the source has no item text"
+    factories = {n: available[n] for n in names if n not in skipped}
+    return factories, {n: r for n, r in skipped.items() if n in names}
+
+
+def run_settings(settings, max_epochs: int | None) -> dict:
+    """The settings a report must carry to be reproduced."""
+    from hir.models import baselines as b
+
+    sasrec = b.SASRecConfig()
+    return {
+        "threads": settings.threads,
+        "text_model": settings.text_model,
+        "test_days": settings.test_days,
+        "sasrec": {"max_len": sasrec.max_len, "hidden": sasrec.hidden, "layers": sasrec.layers,
+                   "heads": sasrec.heads, "dropout": sasrec.dropout, "lr": sasrec.train.lr,
+                   "batch_size": sasrec.train.batch_size, "patience": sasrec.train.patience,
+                   "max_epochs": max_epochs or sasrec.train.max_epochs, "loss": "full cross-entropy"},
+        "lightgcn": {"max_epochs": max_epochs or b.LightGCNScorer.default_config().max_epochs},
+        "als": b.ALSScorer().params | {"random_state": "seed"},
+        "cooccurrence": {"weights": [1.0, 0.5, 0.25], "pairs": "consecutive, directed", "backoff": "popularity"},
+    }

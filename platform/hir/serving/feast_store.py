@@ -1,0 +1,336 @@
+"""The Feast feature store (DESIGN §9): feature-table layout, Feast objects, and the ``FeastStore`` resource.
+
+Layout. The ``feature_tables`` asset writes, per daily partition ``D`` with cut-off ``T``, one
+Parquet file per entity type: ``<artifacts>/feature_tables/D/<type>.parquet`` with columns
+``<type>_key`` (the source key), ``entity_id``, the feature columns of :data:`FEATURES` and
+``cutoff`` = ``T`` (the event timestamp). Each type's Feast file source reads the glob
+``feature_tables/[0-9]*/<type>.parquet``: every partition, never the hidden scratch folders of a
+partition being written. Re-materialising a partition replaces its folder, so there is always one
+row per entity and cut-off.
+
+Point in time. A row with cut-off ``T`` was computed from data strictly before ``T``; a historical
+query for an entity at event time ``t`` gets the row with the greatest ``T <= t``.
+
+Repository. ``feature_repo/feature_store.yaml`` names its paths through ``${HIR_DATA_HOME}``; the
+resource substitutes its own resolved data home, so it works from any working directory without
+relying on the environment. ``feature_repo/definitions.py`` binds :func:`feast_objects` to module
+names for the Feast CLI; the resource applies the same objects.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import dagster as dg
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from hir.errors import SettingsError
+from hir.settings import Settings
+from hir.storage import write_parquet
+
+REPO_DIR = Path(__file__).resolve().parents[3] / "feature_repo"
+FEATURE_TABLES = "feature_tables"
+TIMESTAMP_FIELD = "cutoff"
+RANKER_SERVICE = "ranker_v1"
+RANKER_TYPES = ("user", "ad")
+# Entity types defined even before any data of theirs exists (every built-in source's types).
+BUILTIN_ENTITY_TYPES = (
+    "user", "ad", "campaign", "advertiser", "product", "category", "brand", "movie", "genre", "tag", "pixel",
+)
+# Feature columns of every feature view, in order, with their Arrow types.
+FEATURES = {
+    "entity_id": pa.int64(),
+    "hir_embedding": pa.list_(pa.float32()),
+    "bom_tokens": pa.list_(pa.int64()),
+    "bom_weights": pa.list_(pa.float32()),
+    "coarse_interest": pa.int64(),
+    "fine_interest": pa.int64(),
+    "model_version": pa.string(),
+}
+_TYPE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
+
+
+def type_name(entity_type: str) -> str:
+    """The Feast name of an entity type: lower case, other characters than ``[a-z0-9_]`` → ``_``.
+
+    Raises ``SettingsError`` when no usable name remains (e.g. an empty type or a leading digit).
+    """
+    name = re.sub(r"[^a-z0-9_]", "_", str(entity_type).strip().lower())
+    if not _TYPE_NAME.match(name):
+        raise SettingsError(f"entity type {entity_type!r} cannot name a Feast entity (need [a-z][a-z0-9_]*)")
+    return name
+
+
+def join_key(entity_type: str) -> str:
+    """The join key column of a type: ``<type>_key``, holding the source key string."""
+    return f"{entity_type}_key"
+
+
+def view_name(entity_type: str) -> str:
+    return f"{entity_type}_features"
+
+
+def table_path(artifacts_dir: Path, partition: str, entity_type: str) -> Path:
+    return Path(artifacts_dir) / FEATURE_TABLES / partition / f"{entity_type}.parquet"
+
+
+def table_glob(artifacts_dir: Path, entity_type: str) -> str:
+    """The file source path of a type: every partition's table, no hidden scratch folders."""
+    return str(Path(artifacts_dir) / FEATURE_TABLES / "[0-9]*" / f"{entity_type}.parquet")
+
+
+def table_types(artifacts_dir: Path, partition: str | None = None) -> list[str]:
+    """Entity types with a feature table in ``partition`` (or in any partition), sorted."""
+    base = Path(artifacts_dir) / FEATURE_TABLES
+    folders = [base / p for p in ([partition] if partition else table_partitions(artifacts_dir))]
+    return sorted({f.stem for d in folders if d.is_dir() for f in d.glob("*.parquet")})
+
+
+def feast_objects(artifacts_dir: Path) -> dict[str, Any]:
+    """Every Feast object of the repository, by module name (see ``feature_repo/definitions.py``).
+
+    ``artifacts_dir`` is the platform's artefact folder; the types are the built-in ones and every
+    type with a feature table there.
+    """
+    import feast
+    from feast.data_format import ParquetFormat
+    from feast.types import Array, Float32, Int64, String
+
+    dtypes = {"entity_id": Int64, "hir_embedding": Array(Float32), "bom_tokens": Array(Int64),
+              "bom_weights": Array(Float32), "coarse_interest": Int64, "fine_interest": Int64,
+              "model_version": String}
+    objects: dict[str, Any] = {}
+    for t in sorted(set(BUILTIN_ENTITY_TYPES) | set(table_types(artifacts_dir))):
+        entity = feast.Entity(name=t, join_keys=[join_key(t)], value_type=feast.ValueType.STRING,
+                              description=f"a {t}, keyed by its source key")
+        source = feast.FileSource(name=f"{t}_source", path=table_glob(artifacts_dir, t),
+                                  file_format=ParquetFormat(), timestamp_field=TIMESTAMP_FIELD,
+                                  description=f"feature_tables partitions of type {t}")
+        view = feast.FeatureView(
+            name=view_name(t), entities=[entity], source=source, online=True,
+            schema=[feast.Field(name=join_key(t), dtype=String)]
+            + [feast.Field(name=n, dtype=dtypes[n]) for n in FEATURES],
+            description=f"hir embedding, BoM tokens and interests of each {t} at each snapshot cut-off",
+            tags={"owner": "hir"},
+        )
+        objects.update({f"{t}_entity": entity, f"{t}_source": source, view_name(t): view})
+    objects[RANKER_SERVICE] = feast.FeatureService(
+        name=RANKER_SERVICE, features=[objects[view_name(t)] for t in RANKER_TYPES],
+        description="features a click/conversion ranker reads for a (user, ad) pair", tags={"version": "1"},
+    )
+    return objects
+
+
+def write_feature_tables(embeddings_path: Path, tokens_path: Path | None, cutoff: datetime,
+                         out_dir: Path) -> dict[str, dict[str, Any]]:
+    """Split one partition's embeddings (joined with its BoM tokens) into one table per entity type.
+
+    Args:
+        embeddings_path: ``entity_embeddings/<D>/embeddings.parquet`` (contract in HELPERS.md).
+        tokens_path: ``bom_tokens/<D>/tokens.parquet``, or None / a missing file: empty token lists.
+        cutoff: the partition's cut-off; every embedding row must carry exactly this cut-off.
+        out_dir: folder receiving ``<type>.parquet`` (the partition's scratch folder).
+
+    Returns ``{type: {"rows", "dim", "with_tokens"}}``. Raises ``ValueError`` naming the file and
+    the reason when the embeddings break the contract.
+    """
+    emb = pq.read_table(embeddings_path)
+    dim = _embedding_dim(emb, embeddings_path)
+    stamps = pc.cast(emb.column("cutoff"), pa.timestamp("us", tz="UTC"))
+    bad = pc.sum(pc.not_equal(stamps, pa.scalar(cutoff, pa.timestamp("us", tz="UTC")))).as_py() or 0
+    if bad:
+        raise ValueError(f"{embeddings_path}: {bad} rows have a cut-off other than the partition's {cutoff.isoformat()}")
+    missing = emb.column("source_key").null_count + emb.column("entity_type").null_count
+    if missing:
+        raise ValueError(f"{embeddings_path}: {missing} rows lack a source_key or entity_type")
+    tokens = _read_tokens(tokens_path)
+    out = {}
+    for raw_type in pc.unique(emb.column("entity_type")).to_pylist():
+        t = type_name(raw_type)
+        if t in out:
+            raise ValueError(f"{embeddings_path}: entity types collide on the Feast name {t!r}")
+        part = emb.filter(pc.equal(emb.column("entity_type"), raw_type))
+        table = _feature_table(part, tokens, t, cutoff)
+        write_parquet(Path(out_dir) / f"{t}.parquet", table)
+        with_tokens = pc.sum(pc.greater(pc.list_value_length(table.column("bom_tokens")), 0)).as_py() or 0
+        out[t] = {"rows": table.num_rows, "dim": dim, "with_tokens": with_tokens}
+    return out
+
+
+def _embedding_dim(emb: pa.Table, path: Path) -> int:
+    kind = emb.schema.field("embedding").type
+    if not pa.types.is_fixed_size_list(kind):
+        raise ValueError(f"{path}: column embedding is {kind}, expected fixed_size_list<float32>[d]")
+    return kind.list_size
+
+
+def _read_tokens(path: Path | None) -> pa.Table:
+    """The tokens of a partition keyed by entity_id; an empty table when there is no tokens file."""
+    if path is None or not Path(path).exists():
+        return pa.table({"entity_id": pa.array([], pa.int64()), "tokens": pa.array([], pa.list_(pa.int64())),
+                         "weights": pa.array([], pa.list_(pa.float32()))})
+    table = pq.read_table(path, columns=["entity_id", "tokens", "weights"])
+    return table.cast(pa.schema([("entity_id", pa.int64()), ("tokens", pa.list_(pa.int64())),
+                                 ("weights", pa.list_(pa.float32()))]))
+
+
+def _feature_table(part: pa.Table, tokens: pa.Table, entity_type: str, cutoff: datetime) -> pa.Table:
+    """One type's rows in the feature-table schema; entities without tokens get empty lists."""
+    ids = part.column("entity_id").cast(pa.int64())
+    tok, wts = _empty_lists(part.num_rows, pa.int64()), _empty_lists(part.num_rows, pa.float32())
+    if tokens.num_rows:
+        pos = pc.index_in(ids, value_set=tokens.column("entity_id"))
+        found, take = pc.is_valid(pos), pc.fill_null(pos, 0)
+        tok = pc.if_else(found, tokens.column("tokens").take(take), tok)
+        wts = pc.if_else(found, tokens.column("weights").take(take), wts)
+    columns = {
+        join_key(entity_type): part.column("source_key").cast(pa.string()),
+        "entity_id": ids,
+        "hir_embedding": pc.cast(part.column("embedding"), FEATURES["hir_embedding"]),
+        "bom_tokens": tok,
+        "bom_weights": wts,
+        "coarse_interest": part.column("coarse_prototype").cast(pa.int64()),
+        "fine_interest": part.column("fine_prototype").cast(pa.int64()),
+        "model_version": part.column("model_version").cast(pa.string()),
+        TIMESTAMP_FIELD: pa.repeat(pa.scalar(cutoff, pa.timestamp("us", tz="UTC")), part.num_rows),
+    }
+    return pa.table(columns)
+
+
+def _empty_lists(n: int, value_type: pa.DataType) -> pa.ListArray:
+    return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], value_type))
+
+
+def check_feature_table(path: Path, dim: int) -> dict[str, int]:
+    """Hand-over checks of one feature table: counts that must all be zero.
+
+    ``nonfinite_rows``: rows whose embedding holds a NaN or ±inf; ``wrong_dim_rows``: rows whose
+    embedding length differs from ``dim``; ``duplicate_rows``: rows minus distinct (key, cut-off).
+    """
+    table = pq.read_table(path)
+    emb = table.column("hir_embedding").combine_chunks()
+    parents = pc.list_parent_indices(emb).to_numpy()
+    values = pc.list_flatten(emb).to_numpy(zero_copy_only=False)
+    key = table.schema.names[0]
+    distinct = table.group_by([key, TIMESTAMP_FIELD]).aggregate([]).num_rows
+    return {
+        "nonfinite_rows": int(np.unique(parents[~np.isfinite(values)]).size),
+        "wrong_dim_rows": int(pc.sum(pc.not_equal(pc.list_value_length(emb), dim)).as_py() or 0),
+        "duplicate_rows": table.num_rows - distinct,
+    }
+
+
+class FeastStore(dg.ConfigurableResource):
+    """The Feast repository ``feature_repo/`` over this data home: apply, materialise, read.
+
+    ``data_home``: the platform's data home (registry, online store and feature tables live there);
+    ``repo_path``: the folder holding ``feature_store.yaml`` and the definitions.
+    """
+
+    data_home: str
+    repo_path: str = str(REPO_DIR)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "FeastStore":
+        return cls(data_home=str(settings.data_home))
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return Settings.from_env(data_home=self.data_home).artifacts_dir
+
+    @property
+    def online_path(self) -> Path:
+        return Path(self.repo_config().online_store.path)
+
+    def repo_config(self) -> "feast.RepoConfig":  # noqa: F821
+        """``feature_store.yaml`` with ``${HIR_DATA_HOME}`` replaced by this resource's data home."""
+        import string
+
+        import yaml
+        from feast import RepoConfig
+
+        text = (Path(self.repo_path) / "feature_store.yaml").read_text()
+        raw = yaml.safe_load(string.Template(text).safe_substitute(HIR_DATA_HOME=self.data_home))
+        config = RepoConfig(**raw)
+        config.repo_path = Path(self.repo_path)
+        # Readers keep the last materialised values while `materialize` holds a view in state
+        # MATERIALIZING (Feast refuses to serve it otherwise, so every lookup during a
+        # materialisation failed). Set here rather than in the YAML, where Feast warns that the
+        # flag targets SQL registries; on this shared file registry it is what readers need.
+        config.registry.serve_features_while_materializing = True
+        return config
+
+    def store(self) -> "feast.FeatureStore":  # noqa: F821
+        """A ``feast.FeatureStore`` over this repository (creates ``<data home>/feast/``)."""
+        from feast import FeatureStore
+
+        Settings.from_env(data_home=self.data_home).feast_dir.mkdir(parents=True, exist_ok=True)
+        return FeatureStore(config=self.repo_config())
+
+    def require_registry(self) -> None:
+        """Raise ``SettingsError`` when nothing was applied yet (no registry file)."""
+        path = Path(self.repo_config().registry.path)
+        if not path.exists():
+            raise SettingsError(f"no Feast registry at {path}: materialise feast_registry first (hir run)")
+
+    def apply(self, store: "feast.FeatureStore | None" = None) -> dict[str, list[str]]:  # noqa: F821
+        """Register every entity, source, view and the feature service; returns their names by kind."""
+        store = store or self.store()
+        objects = feast_objects(self.artifacts_dir)
+        store.apply(list(objects.values()))
+        kinds: dict[str, list[str]] = {}
+        for obj in objects.values():
+            kinds.setdefault(type(obj).__name__, []).append(obj.name)
+        return kinds
+
+    def materialize(self, start: datetime, end: datetime, entity_types: Sequence[str],
+                    store: "feast.FeatureStore | None" = None) -> None:  # noqa: F821
+        """Copy the newest row per entity with cut-off in ``[start, end]`` (inclusive) to the online store."""
+        store = store or self.store()
+        store.materialize(start_date=start, end_date=end, feature_views=[view_name(t) for t in entity_types])
+
+    def online(self, entity_type: str, keys: Iterable[str], features: Sequence[str] | None = None,
+               store: "feast.FeatureStore | None" = None) -> dict[str, list]:  # noqa: F821
+        """Online features of ``keys`` of one type: ``{column: [value per key]}``; unknown keys → None."""
+        store = store or self.store()
+        refs = [f"{view_name(entity_type)}:{f}" for f in (features or FEATURES)]
+        rows = [{join_key(entity_type): str(k)} for k in keys]
+        return store.get_online_features(features=refs, entity_rows=rows).to_dict()
+
+    def training_set(self, entity_df: "pd.DataFrame", features: str | Sequence[str] = RANKER_SERVICE,  # noqa: F821
+                     store: "feast.FeatureStore | None" = None) -> "pd.DataFrame":  # noqa: F821
+        """A ranker training set: ``entity_df`` with point-in-time features joined on.
+
+        Args:
+            entity_df: one row per example with the join keys (e.g. ``user_key``, ``ad_key``), an
+                ``event_timestamp`` column (the moment of the impression; naive values are UTC)
+                and any labels. Each example gets, per view, the row with the greatest cut-off
+                ``<= event_timestamp`` (features known at that moment), or nulls if none.
+            features: a feature service name (default ``ranker_v1``) or ``view:feature`` references.
+            store: an open ``feast.FeatureStore`` to reuse (default: a new one).
+        Join keys are source-key strings. Returns the frame in the input's row order with feature
+        columns ``<view>__<feature>``.
+        """
+        import pandas as pd
+
+        if "event_timestamp" not in entity_df.columns:
+            raise SettingsError("training_set: entity_df needs an event_timestamp column")
+        store = store or self.store()
+        frame = entity_df.copy()
+        stamps = pd.to_datetime(frame["event_timestamp"])
+        frame["event_timestamp"] = stamps.dt.tz_localize("UTC") if stamps.dt.tz is None else stamps.dt.tz_convert("UTC")
+        frame["_row"] = range(len(frame))
+        refs = store.get_feature_service(features) if isinstance(features, str) else list(features)
+        out = store.get_historical_features(entity_df=frame, features=refs, full_feature_names=True).to_df()
+        return out.sort_values("_row").drop(columns="_row").reset_index(drop=True)
+
+
+def table_partitions(artifacts_dir: Path) -> list[str]:
+    """The feature-table partitions written so far, oldest first."""
+    return sorted(p.name for p in (Path(artifacts_dir) / FEATURE_TABLES).glob("[0-9]*") if p.is_dir())

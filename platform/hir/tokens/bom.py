@@ -1,0 +1,432 @@
+"""Bag-of-Meaning tokens: the shared code behind the token assets and ``hir retrieve`` / ``hir tokens``.
+
+Bags (DESIGN §8). Each entity's own codes give one token per level, ``level * 1_000_000 + code``,
+weight 1. With ``a = bom_own_weight``:
+
+* a user: ``a · own + (1 − a) · interests``, where ``interests`` = the own tokens of its
+  ``bom_interests`` most engaged non-user neighbours, each weighted by its share of the user's
+  decayed edge weight (so the interest part sums to 1 per level);
+* an ad, campaign, advertiser or product: ``a · own + (1 − a) · served``, where ``served`` = the own
+  tokens of the users engaging with it weighted by their share of its decayed weight. An entity
+  without engaged users (an advertiser above its campaigns) takes ``served`` from its non-user
+  graph neighbours' ``served``, up to two hops;
+* anything else, or an entity with neither: its own tokens.
+
+Each bag keeps its ``bom_tokens_per_level`` heaviest tokens per level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from hir.errors import SettingsError
+from hir.settings import Settings
+
+SERVING_TYPES = ("ad", "campaign", "advertiser", "product")
+DESCRIPTION_TYPES = ("category", "genre")
+TOKEN_LEVEL_STRIDE = 1_000_000
+
+
+def codes_setting(settings: Settings) -> list[int]:
+    """``bom_codes`` (``"16,64,256"``) as codewords per level; a clear error when malformed."""
+    try:
+        codes = [int(p) for p in settings.bom_codes.split(",") if p.strip()]
+    except ValueError:
+        codes = []
+    if not codes or min(codes) < 2:
+        raise SettingsError(f"HIR_BOM_CODES={settings.bom_codes!r}: expected comma-separated integers ≥ 2, e.g. 16,64,256")
+    return codes
+
+
+def partition_folder(settings: Settings, asset: str, partition: str | None) -> Path:
+    """``artifacts/<asset>/<partition>``; the newest written partition when ``partition`` is None."""
+    base = settings.artifacts_dir / asset
+    if partition is None:
+        written = sorted(p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))) if base.exists() else []
+        if not written:
+            raise SettingsError(f"no {asset} partition under {base}; run `hir run` first")
+        partition = written[-1]
+    folder = base / partition
+    if not folder.is_dir():
+        raise SettingsError(f"{asset} partition {partition!r} does not exist under {base}")
+    return folder
+
+
+# ----------------------------------------------------------------------------- embeddings and codes
+@dataclass
+class Embeddings:
+    """The rows of an ``embeddings.parquet``: ids, types, keys and the ``[N, d]`` float32 matrix."""
+
+    entity_id: np.ndarray
+    entity_type: np.ndarray
+    source_key: np.ndarray
+    vectors: np.ndarray
+
+
+def read_embeddings(path: Path) -> Embeddings:
+    """Read ``entity_embeddings/<D>/embeddings.parquet`` (schema in HELPERS/DESIGN)."""
+    table = pq.read_table(path, columns=["entity_id", "entity_type", "source_key", "embedding"])
+    column = table.column("embedding").combine_chunks()
+    dim = column.type.list_size
+    vectors = column.flatten().to_numpy(zero_copy_only=False).astype(np.float32).reshape(-1, dim)
+    return Embeddings(
+        entity_id=table.column("entity_id").to_numpy().astype(np.int64),
+        entity_type=np.asarray(table.column("entity_type").to_pylist(), dtype=object),
+        source_key=np.asarray(table.column("source_key").to_pylist(), dtype=object),
+        vectors=vectors,
+    )
+
+
+def own_token_ids(codes: np.ndarray) -> np.ndarray:
+    """``[N, M]`` codes → ``[N, M]`` token ids ``level * 1_000_000 + code`` (level 1 = coarse)."""
+    return codes.astype(np.int64) + np.arange(1, codes.shape[1] + 1, dtype=np.int64) * TOKEN_LEVEL_STRIDE
+
+
+def train_quantizer(emb: Embeddings, settings: Settings, device: "torch.device | str" = "cpu"):  # noqa: F821
+    """Train on a seeded sample of ``bom_train_sample`` embeddings, then encode them all.
+
+    Returns ``(quantizer, codes [N, M] numpy, report)``; the report holds ``mse_per_level`` (mean
+    squared error with levels 1 … l, over all rows), ``relative_mse`` (error / mean ``||x||²``),
+    ``history`` (training error per round) and ``usage`` per level.
+    """
+    import torch
+
+    from hir.models.quantizer import HierarchicalQuantizer, QuantizerConfig
+
+    if emb.vectors.shape[0] == 0:
+        raise SettingsError("entity_embeddings holds no rows; nothing to quantize")
+    x = torch.from_numpy(emb.vectors).to(device)
+    generator = torch.Generator().manual_seed(settings.seed)
+    sample = torch.randperm(x.shape[0], generator=generator)[: settings.bom_train_sample].to(device)
+    config = QuantizerConfig(dim=x.shape[1], codes=codes_setting(settings), iterations=settings.bom_iterations, seed=settings.seed)
+    quantizer = HierarchicalQuantizer(config)
+    _, history = quantizer.fit(x[sample])
+    codes = quantizer.encode(x)
+    mse = quantizer.mse_per_level(x, codes)
+    report = {
+        "mse_per_level": mse,
+        "relative_mse": mse[-1] / max(float(x.square().sum(1).mean()), 1e-12),
+        "history": history,
+        "usage": quantizer.usage(codes),
+        "train_rows": int(sample.numel()),
+    }
+    return quantizer, codes.cpu().numpy(), report
+
+
+def codes_table(emb: Embeddings, codes: np.ndarray) -> pa.Table:
+    """``codes.parquet``: entity_id, entity_type, source_key and one ``code_<level>`` INT32 column per level."""
+    columns = {
+        "entity_id": pa.array(emb.entity_id, pa.int64()),
+        "entity_type": pa.array(emb.entity_type.tolist(), pa.string()),
+        "source_key": pa.array(emb.source_key.tolist(), pa.string()),
+    }
+    for m in range(codes.shape[1]):
+        columns[f"code_{m + 1}"] = pa.array(codes[:, m].astype(np.int32), pa.int32())
+    return pa.table(columns)
+
+
+def read_codes(path: Path) -> tuple[Embeddings, np.ndarray]:
+    """Rows (without vectors) and ``[N, M]`` codes of a ``codes.parquet``."""
+    table = pq.read_table(path)
+    levels = sorted((c for c in table.column_names if c.startswith("code_")), key=lambda c: int(c[5:]))
+    emb = Embeddings(
+        entity_id=table.column("entity_id").to_numpy().astype(np.int64),
+        entity_type=np.asarray(table.column("entity_type").to_pylist(), dtype=object),
+        source_key=np.asarray(table.column("source_key").to_pylist(), dtype=object),
+        vectors=np.zeros((table.num_rows, 0), np.float32),
+    )
+    codes = np.stack([table.column(c).to_numpy().astype(np.int64) for c in levels], axis=1)
+    return emb, codes
+
+
+# ----------------------------------------------------------------------------- bags
+def _row_normalise(matrix):
+    """Scale each row of a scipy sparse matrix to sum 1 (empty rows stay empty)."""
+    import scipy.sparse as sp
+
+    sums = np.asarray(matrix.sum(axis=1)).ravel()
+    return sp.diags(np.where(sums > 0, 1.0 / np.where(sums > 0, sums, 1.0), 0.0)) @ matrix
+
+
+def _top_per_row(matrix, n: int):
+    """Keep the ``n`` largest entries of each row of a CSR matrix."""
+    import scipy.sparse as sp
+
+    coo = matrix.tocoo()
+    order = np.lexsort((-coo.data, coo.row))
+    row, col, data = coo.row[order], coo.col[order], coo.data[order]
+    first = np.searchsorted(row, row, side="left")
+    keep = np.arange(row.size) - first < n
+    return sp.csr_matrix((data[keep], (row[keep], col[keep])), shape=matrix.shape)
+
+
+def engagement_matrix(emb: Embeddings, nodes: pa.Table, edges: pa.Table):
+    """Symmetric ``[N, N]`` decayed edge weights between embedding rows, from a graph snapshot.
+
+    ``nodes.parquet`` row i is node i with warehouse ``entity_id``; ``edges.parquet`` holds
+    ``src, dst`` node indices and ``weight``. Edges whose endpoints have no embedding are left out.
+    """
+    import scipy.sparse as sp
+
+    n = emb.entity_id.size
+    node_ids = nodes.column("entity_id").to_numpy().astype(np.int64)
+    order = np.argsort(emb.entity_id)
+    slot = np.searchsorted(emb.entity_id[order], node_ids).clip(0, max(n - 1, 0))
+    node_row = np.where(emb.entity_id[order][slot] == node_ids, order[slot], -1) if n else np.full(node_ids.size, -1)
+    src = node_row[edges.column("src").to_numpy().astype(np.int64)]
+    dst = node_row[edges.column("dst").to_numpy().astype(np.int64)]
+    weight = edges.column("weight").to_numpy().astype(np.float64)
+    ok = (src >= 0) & (dst >= 0) & (src != dst)
+    src, dst, weight = src[ok], dst[ok], weight[ok]
+    matrix = sp.coo_matrix((np.r_[weight, weight], (np.r_[src, dst], np.r_[dst, src])), shape=(n, n))
+    return matrix.tocsr()
+
+
+def build_bags(emb: Embeddings, codes: np.ndarray, engagement, settings: Settings):
+    """Bag matrix ``[N, ΣK]`` (scipy CSR) over token columns; see the module docstring.
+
+    Args:
+        emb: the embedding rows. codes: ``[N, M]`` codes of those rows.
+        engagement: ``[N, N]`` symmetric decayed weights (:func:`engagement_matrix`).
+        settings: ``bom_interests``, ``bom_own_weight``, ``bom_tokens_per_level``.
+    Returns:
+        (bags, token_of_column): the matrix and the token id of each column.
+    """
+    import scipy.sparse as sp
+
+    n, levels = codes.shape
+    sizes = codes.max(axis=0) + 1 if n else np.zeros(levels, dtype=np.int64)
+    offsets = np.r_[0, np.cumsum(sizes)[:-1]].astype(np.int64)
+    columns = int(sizes.sum())
+    token_of_column = np.concatenate([m_level * TOKEN_LEVEL_STRIDE + np.arange(k) for m_level, k in enumerate(sizes, 1)]) if n else np.zeros(0, np.int64)
+    own = sp.csr_matrix((np.ones(n * levels), (np.repeat(np.arange(n), levels), (codes + offsets).ravel())), shape=(n, columns))
+
+    is_user = emb.entity_type == "user"
+    serving = np.isin(emb.entity_type, SERVING_TYPES)
+    user_diag, other_diag = sp.diags(is_user.astype(float)), sp.diags((~is_user).astype(float))
+    user_to_other = user_diag @ engagement @ other_diag
+    interests = _row_normalise(_top_per_row(user_to_other.tocsr(), settings.bom_interests)) @ own
+    served = _row_normalise(sp.diags(serving.astype(float)) @ engagement.T.tocsr() @ user_diag) @ own
+    structural = _row_normalise(other_diag @ engagement @ other_diag)
+    for _ in range(2):
+        missing = serving & (np.asarray(served.sum(axis=1)).ravel() == 0)
+        served = served + sp.diags(missing.astype(float)) @ _row_normalise(structural @ served)
+
+    extra = (interests + served).tocsr()
+    has_extra = np.asarray(extra.sum(axis=1)).ravel() > 0
+    a = settings.bom_own_weight
+    own_scale = np.where(has_extra, a, 1.0)
+    bags = sp.diags(own_scale) @ own + sp.diags(np.where(has_extra, 1.0 - a, 0.0)) @ extra
+    return _keep_per_level(bags.tocsr(), offsets, sizes, settings.bom_tokens_per_level), token_of_column
+
+
+def _keep_per_level(bags, offsets: np.ndarray, sizes: np.ndarray, per_level: int):
+    """Keep each row's ``per_level`` heaviest tokens within every level."""
+    import scipy.sparse as sp
+
+    parts = [_top_per_row(bags[:, o:o + k], per_level) for o, k in zip(offsets, sizes)]
+    return sp.hstack(parts).tocsr() if parts else bags
+
+
+def bags_table(emb: Embeddings, bags, token_of_column: np.ndarray, cutoff) -> pa.Table:
+    """``tokens.parquet`` rows: entity_id, entity_type, source_key, tokens, weights, cutoff."""
+    bags.sort_indices()
+    tokens = pa.ListArray.from_arrays(pa.array(bags.indptr.astype(np.int32)), pa.array(token_of_column[bags.indices].astype(np.int64)))
+    weights = pa.ListArray.from_arrays(pa.array(bags.indptr.astype(np.int32)), pa.array(bags.data.astype(np.float32)))
+    return pa.table({
+        "entity_id": pa.array(emb.entity_id, pa.int64()),
+        "entity_type": pa.array(emb.entity_type.tolist(), pa.string()),
+        "source_key": pa.array(emb.source_key.tolist(), pa.string()),
+        "tokens": tokens,
+        "weights": weights,
+        "cutoff": pa.array([cutoff] * emb.entity_id.size, pa.timestamp("us", tz="UTC")),
+    })
+
+
+def postings_table(tokens: pa.Table) -> pa.Table:
+    """Flatten bags into postings ``token, entity_id, entity_type, weight`` sorted by (token, entity_id)."""
+    lengths = tokens.column("tokens").combine_chunks().value_lengths().to_numpy(zero_copy_only=False)
+    flat = pa.table({
+        "token": tokens.column("tokens").combine_chunks().flatten(),
+        "entity_id": pa.array(np.repeat(tokens.column("entity_id").to_numpy(), lengths), pa.int64()),
+        "entity_type": pa.array(np.repeat(np.asarray(tokens.column("entity_type").to_pylist(), dtype=object), lengths).tolist(), pa.string()),
+        "weight": tokens.column("weights").combine_chunks().flatten(),
+    })
+    return flat.sort_by([("token", "ascending"), ("entity_id", "ascending")])
+
+
+# ----------------------------------------------------------------------------- loading for queries
+@dataclass
+class TokenStore:
+    """One partition's bags, index and descriptions, ready for ``hir retrieve`` / ``hir tokens``."""
+
+    partition: str
+    bags: pa.Table
+    index: "InvertedIndex"  # noqa: F821
+    descriptions: dict[int, str]
+    vectors: "torch.Tensor | None"  # noqa: F821  rows aligned with the index rows
+
+
+def load_index(postings: pa.Table):
+    """An :class:`~hir.models.index.InvertedIndex` from a postings table; rows = sorted entity ids."""
+    import torch
+
+    from hir.models.index import InvertedIndex
+
+    entity = postings.column("entity_id").to_numpy()
+    ids, first, rows = np.unique(entity, return_index=True, return_inverse=True)
+    types = np.asarray(postings.column("entity_type").to_pylist(), dtype=object)[first]
+    names = sorted(set(types.tolist()))
+    type_code = np.asarray([names.index(t) for t in types], dtype=np.int64)
+    return InvertedIndex.build(
+        torch.from_numpy(rows.astype(np.int64)),
+        torch.from_numpy(postings.column("token").to_numpy().astype(np.int64)),
+        torch.from_numpy(postings.column("weight").to_numpy().astype(np.float32)),
+        torch.from_numpy(ids.astype(np.int64)),
+        torch.from_numpy(type_code),
+        names,
+    )
+
+
+def load_store(settings: Settings, partition: str | None = None, with_vectors: bool = True) -> TokenStore:
+    """Load the bags, index, descriptions (and embeddings for re-ranking) of one partition."""
+    import torch
+
+    tokens_dir = partition_folder(settings, "bom_tokens", partition)
+    bags = pq.read_table(tokens_dir / "tokens.parquet")
+    index_dir = settings.artifacts_dir / "bom_index" / tokens_dir.name
+    postings = pq.read_table(index_dir / "postings.parquet") if (index_dir / "postings.parquet").exists() else postings_table(bags)
+    index = load_index(postings)
+    described = settings.artifacts_dir / "token_descriptions" / tokens_dir.name / "descriptions.parquet"
+    descriptions = {}
+    if described.exists():
+        table = pq.read_table(described, columns=["token", "description"])
+        descriptions = dict(zip(table.column("token").to_pylist(), table.column("description").to_pylist()))
+    vectors = None
+    emb_path = settings.artifacts_dir / "entity_embeddings" / tokens_dir.name / "embeddings.parquet"
+    if with_vectors and emb_path.exists():
+        emb = read_embeddings(emb_path)
+        order = np.argsort(emb.entity_id)
+        ids = index.entity_ids.numpy()
+        slot = np.searchsorted(emb.entity_id[order], ids).clip(0, max(emb.entity_id.size - 1, 0))
+        if emb.entity_id.size and np.array_equal(emb.entity_id[order][slot], ids):
+            vectors = torch.from_numpy(emb.vectors[order][slot])
+    return TokenStore(tokens_dir.name, bags, index, descriptions, vectors)
+
+
+def find_bag(store: TokenStore, entity_type: str, key: str) -> dict:
+    """The bag row of ``(entity_type, key)``; a one-line SettingsError when it is not there."""
+    types = store.bags.column("entity_type").to_pylist()
+    keys = store.bags.column("source_key").to_pylist()
+    for i, (t, k) in enumerate(zip(types, keys)):
+        if t == entity_type and k == str(key):
+            return store.bags.slice(i, 1).to_pylist()[0]
+    if entity_type not in set(types):
+        raise SettingsError(f"no {entity_type!r} entities in bom_tokens partition {store.partition}; types: {', '.join(sorted(set(types)))}")
+    raise SettingsError(f"unknown {entity_type} key {key!r} in bom_tokens partition {store.partition}")
+
+
+def describe(store: TokenStore, token: int) -> str:
+    """``L<level>:<code>`` plus the token's description when ``token_descriptions`` exists."""
+    level, code = divmod(int(token), TOKEN_LEVEL_STRIDE)
+    text = store.descriptions.get(int(token), "")
+    return f"L{level}:{code}" + (f" — {text}" if text else "")
+
+
+# ----------------------------------------------------------------------------- descriptions
+def describe_tokens(
+    postings: pa.Table, texts: "pd.DataFrame", labels: "pd.DataFrame", top_terms: int = 5, top_labels: int = 3  # noqa: F821
+) -> pa.Table:
+    """A readable description per token from the entities holding it.
+
+    Args:
+        postings: ``token, entity_id, weight`` (see :func:`postings_table`).
+        texts: ``entity_id, text`` of all content before the cut-off (the tf-idf corpus).
+        labels: ``entity_id, label`` pairs: an entity's categories/genres by name.
+        top_terms, top_labels: how many of each to keep.
+    Each token's term mass is ``T(t, term) = Σ_e w(t, e) · tfidf(e, term)`` over its entities with
+    content (tf-idf against all content), ranked by the class-based tf-idf
+    ``T(t, term) · log(1 + A / Σ_t' T(t', term))`` with ``A`` the mean mass per token, so words
+    spread over every token (shared ad boilerplate) give way to the token's own words. Its label
+    score is ``Σ_e w(t, e)`` over its entities with that label (the most common labels).
+    Returns ``token, level, code, entities, top_terms list<str>, top_labels list<str>, description``.
+    """
+    token = postings.column("token").to_numpy()
+    entity = postings.column("entity_id").to_numpy()
+    weight = postings.column("weight").to_numpy().astype(np.float64)
+    uniq, token_row = np.unique(token, return_inverse=True)
+    counts = np.bincount(token_row, minlength=uniq.size)
+    terms = _weighted_top(token_row, uniq.size, entity, weight, *_tfidf(texts), top_terms, distinctive=True)
+    cats = _weighted_top(token_row, uniq.size, entity, weight, *_label_matrix(labels), top_labels)
+    described = [
+        "; ".join(part for part in (", ".join(t), ("in " + ", ".join(c)) if c else "") if part) for t, c in zip(terms, cats)
+    ]
+    return pa.table({
+        "token": pa.array(uniq, pa.int64()),
+        "level": pa.array(uniq // TOKEN_LEVEL_STRIDE, pa.int32()),
+        "code": pa.array(uniq % TOKEN_LEVEL_STRIDE, pa.int32()),
+        "entities": pa.array(counts, pa.int64()),
+        "top_terms": pa.array(terms, pa.list_(pa.string())),
+        "top_labels": pa.array(cats, pa.list_(pa.string())),
+        "description": pa.array(described, pa.string()),
+    })
+
+
+def _tfidf(texts):
+    """``(entity ids sorted, [E, V] tf-idf CSR, vocabulary)``; empty when there is no text."""
+    import scipy.sparse as sp
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    texts = texts.dropna(subset=["text"]).sort_values("entity_id")
+    texts = texts[texts["text"].str.strip() != ""]
+    if texts.empty:
+        return np.zeros(0, np.int64), sp.csr_matrix((0, 0)), np.zeros(0, dtype=object)
+    vectorizer = TfidfVectorizer(stop_words="english", sublinear_tf=True, max_features=50_000,
+                                 token_pattern=r"(?u)\b[^\W\d_][^\W\d_]+\b")
+    try:
+        matrix = vectorizer.fit_transform(texts["text"].tolist())
+    except ValueError:  # only stop words / no alphabetic tokens
+        return np.zeros(0, np.int64), sp.csr_matrix((0, 0)), np.zeros(0, dtype=object)
+    return texts["entity_id"].to_numpy(np.int64), matrix.tocsr(), vectorizer.get_feature_names_out()
+
+
+def _label_matrix(labels):
+    """``(entity ids sorted, [E, L] 0/1 CSR, label names)`` from ``entity_id, label`` pairs."""
+    import scipy.sparse as sp
+
+    labels = labels.dropna().drop_duplicates()
+    ids, rows = np.unique(labels["entity_id"].to_numpy(np.int64), return_inverse=True)
+    names, cols = np.unique(labels["label"].astype(str).to_numpy(), return_inverse=True)
+    matrix = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(ids.size, names.size))
+    return ids, matrix, names.astype(object)
+
+
+def _weighted_top(token_row, n_tokens, entity, weight, ids, matrix, names, top, distinctive: bool = False):
+    """Per token, the ``top`` columns of ``S(t) = Σ_e w(t, e) · matrix[e]`` with a positive score.
+
+    With ``distinctive``, columns are ranked by ``S(t, c) · log(1 + A / Σ_t' S(t', c))`` instead,
+    ``A`` being the mean row mass of S (class-based tf-idf).
+    """
+    import scipy.sparse as sp
+
+    if ids.size == 0 or matrix.shape[1] == 0:
+        return [[] for _ in range(n_tokens)]
+    slot = np.searchsorted(ids, entity).clip(0, ids.size - 1)
+    hit = ids[slot] == entity
+    link = sp.csr_matrix((weight[hit], (token_row[hit], slot[hit])), shape=(n_tokens, ids.size))
+    scores = (link @ matrix).tocsr()
+    if distinctive and scores.nnz:
+        mass = np.asarray(scores.sum(axis=0)).ravel()
+        lift = np.log1p(scores.sum() / n_tokens / np.where(mass > 0, mass, 1.0))
+        scores = (scores @ sp.diags(lift)).tocsr()
+    out = []
+    for t in range(n_tokens):
+        row = scores.getrow(t)
+        best = np.argsort(-row.data, kind="stable")[:top]
+        out.append([str(names[c]) for c in row.indices[best]])
+    return out
