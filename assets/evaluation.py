@@ -17,16 +17,15 @@ type (:func:`hir.evaluation.data.partition_split`).
 """
 
 import json
-from pathlib import Path
 
 import dagster as dg
 from hir.errors import SourceError
-from hir.partitions import cutoff_of, daily_partitions
-from hir.resources import ArtifactStore, Warehouse
+from hir.partitions import DAILY, cutoff_of
+from hir.resources import ArtifactStore, SettingsResource, Warehouse
 from hir.serving.feast_store import FeastStore
 from hir.settings import Settings
+from hir.tables import markdown_table
 
-PARTITIONS = daily_partitions()
 GROUP = "evaluation"
 OWNERS = ["team:hir"]
 KS = (1, 5, 10, 20, 50, 100)
@@ -40,28 +39,24 @@ def _split(warehouse: Warehouse, partition: str, settings: Settings):
         return partition_split(con, cutoff_of(partition), settings)
 
 
-def _read_json(artifacts: ArtifactStore, asset: str, partition: str, name: str = "results.json") -> dict:
-    path = artifacts.path(asset, partition) / name
+def _read_results(artifacts: ArtifactStore, asset: str, partition: str) -> dict:
+    path = artifacts.catalogue.results(asset, partition)
     if not path.exists():
         raise SourceError(f"{asset} {partition} is missing at {path}; materialise it first")
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def _write_json(artifacts: ArtifactStore, asset: str, partition: str, payload: dict, name: str = "results.json") -> None:
-    from hir.storage import write_json
+def _write_results(artifacts: ArtifactStore, asset: str, partition: str, payload: dict) -> None:
+    from hir.storage import RESULTS_FILE, write_json
 
     with artifacts.write_partition(asset, partition) as out:
-        write_json(out / name, payload)
+        write_json(out / RESULTS_FILE, payload)
 
 
 def _metric_table(results: dict, columns=("recall@10", "recall@50", "ndcg@10", "mrr")) -> str:
     """Markdown table: one row per scorer, the given metric columns (``-`` where absent)."""
-    head = "| scorer | " + " | ".join(columns) + " |\n|---|" + "---|" * len(columns) + "\n"
-    rows = ""
-    for name, row in results.items():
-        cells = [f"{row[c]:.4f}" if isinstance(row.get(c), (int, float)) else "-" for c in columns]
-        rows += f"| {name} | " + " | ".join(cells) + " |\n"
-    return head + rows
+    rows = [(name, *(row.get(c) for c in columns)) for name, row in results.items()]
+    return markdown_table(["scorer", *columns], rows, dict.fromkeys(columns, ".4f"))
 
 
 def _cold_table(results: dict) -> str:
@@ -73,9 +68,9 @@ def _world_knowledge_factory(artifacts: ArtifactStore, warehouse: Warehouse, spl
     """text-only world knowledge: items' world_knowledge vectors, users = mean of their history."""
     import numpy as np
     import pyarrow.parquet as pq
-    from hir.models.baselines import TextScorer
+    from hir.models.baselines.text_world_knowledge import TextScorer
 
-    path = artifacts.path("world_knowledge") / "world_knowledge.parquet"
+    path = artifacts.catalogue.world_knowledge()
     if not path.exists():
         return None
     table = pq.read_table(path, columns=["entity_id", "vector"])
@@ -97,7 +92,7 @@ def _world_knowledge_factory(artifacts: ArtifactStore, warehouse: Warehouse, spl
 
 
 @dg.asset(
-    partitions_def=PARTITIONS,
+    partitions_def=DAILY,
     deps=["graph_snapshot", "eval_windows", "world_knowledge", "events", "entities"],
     pool=WAREHOUSE_POOL,
     group_name=GROUP,
@@ -109,10 +104,11 @@ def _world_knowledge_factory(artifacts: ArtifactStore, warehouse: Warehouse, spl
         "world knowledge; LightGCN and SASRec when HIR_EVAL_BASELINES lists them."
     ),
 )
-def baselines(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse) -> dg.MaterializeResult:
-    from hir.evaluation.protocols import baseline_factories, run_scorers
+def baselines(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse, hir_settings: SettingsResource) -> dg.MaterializeResult:
+    from hir.evaluation.protocols import run_scorers
+    from hir.evaluation.scorers import baseline_factories
 
-    settings = Settings.from_env()
+    settings = hir_settings.get()
     partition = context.partition_key
     split = _split(warehouse, partition, settings)
     names = [n.strip() for n in settings.eval_baselines.split(",") if n.strip()]
@@ -127,19 +123,19 @@ def baselines(context: dg.AssetExecutionContext, artifacts: ArtifactStore, wareh
     results = run_scorers(split, factories, KS, context.log.info) if len(split.test.users) else {}
     payload = {"results": results, "skipped": skipped, "protocol": split.info, "seed": settings.seed,
                "baselines": names, "max_epochs": max_epochs}
-    _write_json(artifacts, "baselines", partition, payload)
+    _write_results(artifacts, "baselines", partition, payload)
     return dg.MaterializeResult(metadata={
         "dagster/row_count": dg.MetadataValue.int(len(results)),
         "test_queries": dg.MetadataValue.int(len(split.test.users)),
         "protocol": dg.MetadataValue.json(split.info),
         "skipped": dg.MetadataValue.json(skipped),
         "metrics": dg.MetadataValue.md(_metric_table(results)),
-        "path": dg.MetadataValue.path(str(artifacts.path("baselines", partition) / "results.json")),
+        "path": dg.MetadataValue.path(str(artifacts.catalogue.results("baselines", partition))),
     })
 
 
 @dg.asset(
-    partitions_def=PARTITIONS,
+    partitions_def=DAILY,
     deps=["baselines", "entity_embeddings", "bom_index", "eval_windows"],
     pool=WAREHOUSE_POOL,
     group_name=GROUP,
@@ -155,27 +151,23 @@ def baselines(context: dg.AssetExecutionContext, artifacts: ArtifactStore, wareh
         "Recall@K, NDCG@K, MRR, and the cold-start slice (targets unseen before the cut-off)."
     ),
 )
-def retrieval_eval(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse) -> dg.MaterializeResult:
-    from hir.evaluation.data import hir_factories
-    from hir.evaluation.protocols import (
-        beating_every_baseline,
-        run_scorers,
-        sasrec_config,
-    )
+def retrieval_eval(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse, hir_settings: SettingsResource) -> dg.MaterializeResult:
+    from hir.evaluation.protocols import beating_every_baseline, run_scorers
+    from hir.evaluation.scorers import hir_factories, sasrec_config
 
-    settings = Settings.from_env()
+    settings = hir_settings.get()
     partition = context.partition_key
-    base = _read_json(artifacts, "baselines", partition)
+    base = _read_results(artifacts, "baselines", partition)
     split = _split(warehouse, partition, settings)
     # hir_seq runs where the SASRec baseline does, with its configuration
     sequence = (lambda: sasrec_config(settings.seed, settings.eval_max_epochs or None)) if "sasrec" in base["results"] else None
-    factories = hir_factories(split, Path(artifacts.root), partition, settings, sequence_config=sequence)
+    factories = hir_factories(split, artifacts.catalogue, partition, settings, sequence_config=sequence)
     if "hir" not in factories:
         raise SourceError(f"entity_embeddings {partition} is missing; materialise it first")
     hir = run_scorers(split, factories, KS, context.log.info) if len(split.test.users) else {}
     results = {**hir, **base["results"]}
     payload = {"results": results, "hir_scorers": sorted(hir), "protocol": split.info, "seed": settings.seed}
-    _write_json(artifacts, "retrieval_eval", partition, payload)
+    _write_results(artifacts, "retrieval_eval", partition, payload)
     best = max(base["results"], key=lambda n: base["results"][n]["ndcg@10"]) if base["results"] else None
     beating = beating_every_baseline(hir, base["results"])
     metadata = {
@@ -213,7 +205,7 @@ def _recall_plot(results: dict) -> dg.MetadataValue:
 
 
 @dg.asset(
-    partitions_def=PARTITIONS,
+    partitions_def=DAILY,
     deps=["feast_registry", "feature_tables", "eval_windows", "graph_snapshot"],
     pool=WAREHOUSE_POOL,
     group_name=GROUP,
@@ -227,47 +219,48 @@ def _recall_plot(results: dict) -> dg.MetadataValue:
     ),
 )
 def ranker_eval(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse,
-                feast: FeastStore) -> dg.MaterializeResult:
+                feast: FeastStore, hir_settings: SettingsResource) -> dg.MaterializeResult:
     from hir.evaluation.rankers import evaluate_rankers, feast_lookup, ranker_events
     from hir.graph.snapshot import window_bounds
-    from hir.serving.feast_store import table_types
+    from hir.storage import Artifacts
 
-    settings = Settings.from_env()
+    settings = hir_settings.get()
     partition = context.partition_key
     bounds = window_bounds(cutoff_of(partition), settings)
     with warehouse.connect(read_only=True) as con:
         events = ranker_events(con, bounds["test_end"])
-    types = [t for t in table_types(feast.artifacts_dir, partition) if t != "user"]
+    types = [t for t in Artifacts(feast.artifacts_dir).feature_table_types(partition) if t != "user"]
     seconds = {k: v.timestamp() for k, v in bounds.items()}
     results = evaluate_rankers(events, seconds, feast_lookup(feast, types), settings.seed)
     payload = {"results": results, "windows": {k: v.isoformat() for k, v in bounds.items()}, "seed": settings.seed,
                "features": "hir: Feast point-in-time (FeastStore.training_set)"}
-    _write_json(artifacts, "ranker_eval", partition, payload)
+    _write_results(artifacts, "ranker_eval", partition, payload)
     for name, row in results.items():
         context.log.info(f"{name}: {json.dumps(row)}")
     return dg.MaterializeResult(metadata={
         "dagster/row_count": dg.MetadataValue.int(sum(r.get("test_examples", 0) for r in results.values())),
         "rankers": dg.MetadataValue.md(_ranker_table(results)),
-        "path": dg.MetadataValue.path(str(artifacts.path("ranker_eval", partition) / "results.json")),
+        "path": dg.MetadataValue.path(str(artifacts.catalogue.results("ranker_eval", partition))),
     })
 
 
 def _ranker_table(results: dict) -> str:
-    lines = ["| task | features | AUC | log-loss | NE | train / test examples (positives) |", "|---|---|---|---|---|---|"]
+    rows = []
     for name, row in results.items():
         if row.get("status") != "ok":
-            lines.append(f"| {name} | - | not applicable: {row.get('reason', '')} | | | |")
+            rows.append((name, "-", f"not applicable: {row.get('reason', '')}", "", "", ""))
             continue
         counts = f"{row['train_examples']} ({row['train_positives']}) / {row['test_examples']} ({row['test_positives']})"
         for label, key in (("base", "base"), ("base + hir", "with_hir")):
             m = row[key]
-            lines.append(f"| {name} | {label} | {m['auc']:.4f} | {m['logloss']:.4f} | {m['ne']:.4f} | {counts} |")
-        lines.append(f"| {name} | lift | {row['lift']['auc']:+.2%} | | {row['lift']['ne']:+.2%} (NE gain) | |")
-    return "\n".join(lines)
+            rows.append((name, label, m["auc"], m["logloss"], m["ne"], counts))
+        rows.append((name, "lift", f"{row['lift']['auc']:+.2%}", "", f"{row['lift']['ne']:+.2%} (NE gain)", ""))
+    return markdown_table(["task", "features", "AUC", "log-loss", "NE", "train / test examples (positives)"], rows,
+                          {"AUC": ".4f", "log-loss": ".4f", "NE": ".4f"})
 
 
 @dg.asset(
-    partitions_def=PARTITIONS,
+    partitions_def=DAILY,
     deps=["entity_embeddings", "bom_quantizer", "bom_index", "relations", "entities"],
     pool=WAREHOUSE_POOL,
     group_name=GROUP,
@@ -280,16 +273,16 @@ def _ranker_table(results: dict) -> str:
         "users' top-20 ads retrieved from the BoM index (synthetic)."
     ),
 )
-def token_quality(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse) -> dg.MaterializeResult:
+def token_quality(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse, hir_settings: SettingsResource) -> dg.MaterializeResult:
     from hir.evaluation.token_quality import token_quality_figures
     from hir.tokens.bom import load_store
 
-    settings = Settings.from_env()
+    settings = hir_settings.get()
     partition = context.partition_key
     store = load_store(settings, partition, with_vectors=False)
-    payload = token_quality_figures(warehouse, artifacts.path("entity_embeddings", partition) / "embeddings.parquet",
-                                    artifacts.path("bom_quantizer", partition) / "codes.parquet", store, settings.seed)
-    _write_json(artifacts, "token_quality", partition, payload)
+    payload = token_quality_figures(warehouse, artifacts.catalogue.embeddings(partition),
+                                    artifacts.catalogue.codes(partition), store, settings.seed)
+    _write_results(artifacts, "token_quality", partition, payload)
     metadata = {
         "dagster/row_count": dg.MetadataValue.int(payload["entities"]),
         "token_quality": dg.MetadataValue.md(_quality_table(payload)),
@@ -301,20 +294,15 @@ def token_quality(context: dg.AssetExecutionContext, artifacts: ArtifactStore, w
 
 
 def _quality_table(payload: dict) -> str:
-    lines = ["| grouping | collapse (top share) | used | NMI planted coarse | NMI planted fine | category purity |",
-             "|---|---|---|---|---|---|"]
-
-    def cell(value):
-        return f"{value:.4f}" if isinstance(value, (int, float)) else "-"
-
-    for name, row in payload["groupings"].items():
-        lines.append(f"| {name} | {cell(row['top_share'])} | {row['used']} | {cell(row.get('nmi_coarse'))} | "
-                     f"{cell(row.get('nmi_fine'))} | {cell(row.get('purity'))} |")
+    scores = ["collapse (top share)", "NMI planted coarse", "NMI planted fine", "category purity"]
+    rows = [(name, row["top_share"], row["used"], row.get("nmi_coarse"), row.get("nmi_fine"), row.get("purity"))
+            for name, row in payload["groupings"].items()]
+    table = markdown_table(["grouping", scores[0], "used", *scores[1:]], rows, dict.fromkeys(scores, ".4f"))
     planted = payload.get("planted_retrieval")
     if planted:
-        lines.append(f"\nPlanted coarse-interest agreement of {planted['users']} users' top-{planted['k']} ads "
-                     f"(BoM index): {planted['agreement']:.4f} (chance {planted['chance']:.4f}).")
-    return "\n".join(lines)
+        table += (f"\n\nPlanted coarse-interest agreement of {planted['users']} users' top-{planted['k']} ads "
+                  f"(BoM index): {planted['agreement']:.4f} (chance {planted['chance']:.4f}).")
+    return table
 
 
 def _sizes_figure(payload: dict):
@@ -337,7 +325,7 @@ def _sizes_plot(payload: dict) -> dg.MetadataValue:
 
 
 @dg.asset(
-    partitions_def=PARTITIONS,
+    partitions_def=DAILY,
     deps=["baselines", "retrieval_eval", "ranker_eval", "token_quality", "entity_embeddings"],
     group_name=GROUP,
     kinds={"markdown"},
@@ -348,18 +336,18 @@ def _sizes_plot(payload: dict) -> dg.MetadataValue:
         "of the embedding space; written to <data home>/reports/evaluation_<D>.md."
     ),
 )
-def evaluation_report(context: dg.AssetExecutionContext, artifacts: ArtifactStore) -> dg.MaterializeResult:
+def evaluation_report(context: dg.AssetExecutionContext, artifacts: ArtifactStore, hir_settings: SettingsResource) -> dg.MaterializeResult:
     from hir.evaluation.report import build_report
     from hir.storage import write_bytes
 
-    settings = Settings.from_env()
+    settings = hir_settings.get()
     partition = context.partition_key
-    retrieval = _read_json(artifacts, "retrieval_eval", partition)
-    rankers = _read_json(artifacts, "ranker_eval", partition)
-    quality = _read_json(artifacts, "token_quality", partition)
-    baseline_run = _read_json(artifacts, "baselines", partition)
+    retrieval = _read_results(artifacts, "retrieval_eval", partition)
+    rankers = _read_results(artifacts, "ranker_eval", partition)
+    quality = _read_results(artifacts, "token_quality", partition)
+    baseline_run = _read_results(artifacts, "baselines", partition)
     figures = {"recall curves": _recall_figure(retrieval["results"]), "cluster sizes": _sizes_figure(quality),
-               "embedding map": _map_figure(artifacts.path("entity_embeddings", partition) / "embeddings.parquet")}
+               "embedding map": _map_figure(artifacts.catalogue.embeddings(partition))}
     sections = {
         "Retrieval (test window, full ranking)": _metric_table(retrieval["results"]),
         "Cold start (targets unseen before the cut-off)": _cold_table(retrieval["results"]),

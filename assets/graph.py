@@ -15,11 +15,11 @@ same standard as a full one.
 from datetime import datetime, timezone
 
 import dagster as dg
-from hir.partitions import cutoff_of, daily_partitions
-from hir.resources import ArtifactStore, Warehouse
-from hir.settings import Settings
+from hir.partitions import DAILY, cutoff_of
+from hir.resources import ArtifactStore, SettingsResource, Warehouse
+from hir.storage import SNAPSHOT_EDGES_FILE, SNAPSHOT_NODES_FILE
+from hir.tables import markdown_table
 
-PARTITIONS = daily_partitions()
 PREVIEW_ROWS = 10
 # DuckDB lets one process write a file or several read it, never both at once: these steps only
 # read, but take the writers' pool so that they never meet a writer in another process.
@@ -27,28 +27,24 @@ WAREHOUSE_POOL = "duckdb_writer"
 
 
 def _type_table(counts: dict[str, int], what: str) -> str:
-    rows = "".join(f"| {name} | {n:,} |\n" for name, n in sorted(counts.items()))
-    return f"| {what} | rows |\n|---|---|\n{rows}" if counts else f"no {what}s"
+    return markdown_table([what, "rows"], sorted(counts.items()), {"rows": ","}, empty=f"no {what}s")
 
 
 def _preview(folder) -> dg.MetadataValue:
     """The first edges of the snapshot, endpoints shown as ``entity_type:entity_id``."""
     import pyarrow.parquet as pq
 
-    first = next(pq.ParquetFile(folder / "edges.parquet").iter_batches(batch_size=PREVIEW_ROWS), None)
+    first = next(pq.ParquetFile(folder / SNAPSHOT_EDGES_FILE).iter_batches(batch_size=PREVIEW_ROWS), None)
     edges = first.to_pylist()[:PREVIEW_ROWS] if first is not None else []
     if not edges:
         return dg.MetadataValue.md("no edges")
     ends = sorted({e["src"] for e in edges} | {e["dst"] for e in edges})
-    nodes = pq.read_table(folder / "nodes.parquet", columns=["entity_id", "entity_type"]).take(ends).to_pylist()
+    nodes = pq.read_table(folder / SNAPSHOT_NODES_FILE, columns=["entity_id", "entity_type"]).take(ends).to_pylist()
     label = {i: f"{n['entity_type']}:{n['entity_id']}" for i, n in zip(ends, nodes)}
-    lines = ["| src | dst | edge_type | count | last_ts | weight |", "|---|---|---|---|---|---|"]
-    for e in edges:
-        when = datetime.fromtimestamp(e["last_ts"], tz=timezone.utc).isoformat(timespec="seconds")
-        lines.append(
-            f"| {label[e['src']]} | {label[e['dst']]} | {e['edge_type']} | {e['count']} | {when} | {e['weight']:.3f} |"
-        )
-    return dg.MetadataValue.md("\n".join(lines))
+    rows = [(label[e["src"]], label[e["dst"]], e["edge_type"], e["count"],
+             datetime.fromtimestamp(e["last_ts"], tz=timezone.utc).isoformat(timespec="seconds"), e["weight"])
+            for e in edges]
+    return dg.MetadataValue.md(markdown_table(["src", "dst", "edge_type", "count", "last_ts", "weight"], rows, {"weight": ".3f"}))
 
 
 def _plot(folder, summary) -> dg.MetadataValue:
@@ -57,7 +53,7 @@ def _plot(folder, summary) -> dg.MetadataValue:
     import pyarrow.parquet as pq
     from hir.plots import figure, png_markdown
 
-    degree = pq.read_table(folder / "nodes.parquet", columns=["degree"]).column(0).to_numpy()
+    degree = pq.read_table(folder / SNAPSHOT_NODES_FILE, columns=["degree"]).column(0).to_numpy()
     fig, (left, right) = figure(9, 3.2, ncols=2)
     values, counts = np.unique(degree[degree > 0], return_counts=True)
     left.loglog(values, counts, ".", markersize=4)
@@ -70,7 +66,7 @@ def _plot(folder, summary) -> dg.MetadataValue:
 
 
 @dg.asset(
-    partitions_def=PARTITIONS,
+    partitions_def=DAILY,
     deps=["events", "relations", "entities"],
     pool=WAREHOUSE_POOL,
     group_name="graph",
@@ -92,16 +88,16 @@ def _plot(folder, summary) -> dg.MetadataValue:
         ),
     ],
 )
-def graph_snapshot(context: dg.AssetExecutionContext, warehouse: Warehouse, artifacts: ArtifactStore):
+def graph_snapshot(context: dg.AssetExecutionContext, warehouse: Warehouse, artifacts: ArtifactStore, hir_settings: SettingsResource):
     from hir.graph.snapshot import STATE_DIR, build_snapshot, verify_snapshot
 
-    settings = Settings.from_env()
+    settings = hir_settings.get()
     key = context.partition_key
     cutoff = cutoff_of(key)
-    states = [artifacts.path("graph_snapshot", p) / STATE_DIR for p in reversed(artifacts.partitions("graph_snapshot")) if p < key]
+    states = [artifacts.catalogue.snapshot_dir(p) / STATE_DIR for p in reversed(artifacts.partitions("graph_snapshot")) if p < key]
     with warehouse.connect(read_only=True) as con, artifacts.write_partition("graph_snapshot", key) as out:
         summary = build_snapshot(con, cutoff, settings, out, states)
-    folder = artifacts.path("graph_snapshot", context.partition_key)
+    folder = artifacts.catalogue.snapshot_dir(key)
     with warehouse.connect(read_only=True) as con:
         checks = verify_snapshot(con, folder, cutoff, settings)
     provenance = summary.provenance
@@ -130,7 +126,7 @@ def graph_snapshot(context: dg.AssetExecutionContext, warehouse: Warehouse, arti
 
 
 @dg.asset(
-    partitions_def=PARTITIONS,
+    partitions_def=DAILY,
     deps=["events"],
     pool=WAREHOUSE_POOL,
     group_name="graph",
@@ -147,21 +143,20 @@ def graph_snapshot(context: dg.AssetExecutionContext, warehouse: Warehouse, arti
         ),
     ],
 )
-def eval_windows(context: dg.AssetExecutionContext, warehouse: Warehouse, artifacts: ArtifactStore):
+def eval_windows(context: dg.AssetExecutionContext, warehouse: Warehouse, artifacts: ArtifactStore, hir_settings: SettingsResource):
     from hir.graph.snapshot import build_windows, verify_windows
 
-    settings = Settings.from_env()
+    settings = hir_settings.get()
     cutoff = cutoff_of(context.partition_key)
     with warehouse.connect(read_only=True) as con, artifacts.write_partition("eval_windows", context.partition_key) as out:
         meta = build_windows(con, cutoff, settings, out)
-    folder = artifacts.path("eval_windows", context.partition_key)
+    folder = artifacts.catalogue.windows_dir(context.partition_key)
     with warehouse.connect(read_only=True) as con:
         passed, check_metadata = verify_windows(con, folder, cutoff, settings)
-    table = (
-        "| split | from | to | rows |\n|---|---|---|---|\n"
-        f"| validation | {meta['cutoff_iso']} | {meta['test_start_iso']} | {meta['validation_rows']:,} |\n"
-        f"| test | {meta['test_start_iso']} | {meta['test_end_iso']} | {meta['test_rows']:,} |\n"
-    )
+    table = markdown_table(["split", "from", "to", "rows"], [
+        ("validation", meta["cutoff_iso"], meta["test_start_iso"], meta["validation_rows"]),
+        ("test", meta["test_start_iso"], meta["test_end_iso"], meta["test_rows"]),
+    ], {"rows": ","})
     yield dg.MaterializeResult(
         metadata={
             "dagster/row_count": dg.MetadataValue.int(meta["validation_rows"] + meta["test_rows"]),

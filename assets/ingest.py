@@ -7,8 +7,8 @@ in one transaction per input; an asset check proves every input row is accounted
 
 import dagster as dg
 from hir.errors import SourceError
-from hir.resources import Warehouse
-from hir.settings import Settings
+from hir.resources import SettingsResource, Warehouse
+from hir.tables import markdown_table
 
 INGEST_TABLES = ("entities", "events", "relations", "content", "rejected_rows")
 _DESCRIPTIONS = {
@@ -44,11 +44,11 @@ class IngestConfig(dg.Config):
     ],
     pool="duckdb_writer",
 )
-def ingest(context: dg.AssetExecutionContext, config: IngestConfig, warehouse: Warehouse):
+def ingest(context: dg.AssetExecutionContext, config: IngestConfig, warehouse: Warehouse, hir_settings: SettingsResource):
     from hir.graph.sources import read_source
     from hir.graph.warehouse import load_batch, table_counts
 
-    settings = Settings.from_env()
+    settings = hir_settings.get()
     kind = config.source or settings.source
     paths = config.paths or [settings.source_path]
     reports = []
@@ -88,8 +88,7 @@ def ingest(context: dg.AssetExecutionContext, config: IngestConfig, warehouse: W
             metadata["rows_read"] = dg.MetadataValue.int(read)
             metadata["rows_accepted"] = dg.MetadataValue.int(accepted)
             metadata["already_loaded_inputs"] = dg.MetadataValue.int(sum(r.skipped for r in reports))
-            table = "| reason | rows |\n|---|---|\n" + "".join(f"| {r} | {n} |\n" for r, n in reasons)
-            metadata["reasons"] = dg.MetadataValue.md(table if reasons else "no rejected rows")
+            metadata["reasons"] = dg.MetadataValue.md(markdown_table(["reason", "rows"], reasons, empty="no rejected rows"))
         yield dg.MaterializeResult(asset_key=name, metadata=metadata)
     yield dg.AssetCheckResult(
         check_name="rows_accounted",

@@ -9,16 +9,15 @@ applies the repository; ``feast_online`` materialises the partition into the SQL
 from pathlib import Path
 
 import dagster as dg
-from hir.partitions import cutoff_of, daily_partitions
+from hir.partitions import DAILY, cutoff_of
 from hir.resources import ArtifactStore
 from hir.serving.feast_store import (
     FeastStore,
     check_feature_table,
-    table_partitions,
-    table_path,
-    table_types,
     view_name,
 )
+from hir.storage import Artifacts
+from hir.tables import markdown_table
 
 CHECKS = {
     "finite_vectors": ("nonfinite_rows", "every embedding holds finite numbers only"),
@@ -29,7 +28,7 @@ CHECKS = {
 
 @dg.asset(
     deps=["entity_embeddings", "bom_tokens"],
-    partitions_def=daily_partitions(),
+    partitions_def=DAILY,
     group_name="serving",
     kinds={"parquet", "feast"},
     owners=["team:hir"],
@@ -44,8 +43,8 @@ def feature_tables(context: dg.AssetExecutionContext, artifacts: ArtifactStore):
 
     partition = context.partition_key
     cutoff = cutoff_of(partition)
-    embeddings = artifacts.path("entity_embeddings", partition) / "embeddings.parquet"
-    tokens = artifacts.path("bom_tokens", partition) / "tokens.parquet"
+    embeddings = artifacts.catalogue.embeddings(partition)
+    tokens = artifacts.catalogue.tokens(partition)
     if not embeddings.exists():
         raise dg.Failure(f"feature_tables: {embeddings} is missing; materialise entity_embeddings for {partition} first")
     if not tokens.exists():
@@ -56,7 +55,7 @@ def feature_tables(context: dg.AssetExecutionContext, artifacts: ArtifactStore):
     except ValueError as exc:
         raise dg.Failure(f"feature_tables: {exc}") from None
     folder = artifacts.path("feature_tables", partition)
-    counts = {t: check_feature_table(folder / f"{t}.parquet", s["dim"]) for t, s in stats.items()}
+    counts = {t: check_feature_table(artifacts.catalogue.feature_table(partition, t), s["dim"]) for t, s in stats.items()}
     yield dg.MaterializeResult(metadata=_tables_metadata(stats, folder, cutoff, tokens.exists()))
     for name, (column, _) in CHECKS.items():
         bad = {t: c[column] for t, c in counts.items() if c[column]}
@@ -64,19 +63,19 @@ def feature_tables(context: dg.AssetExecutionContext, artifacts: ArtifactStore):
 
 
 def _tables_metadata(stats: dict, folder: Path, cutoff, tokens_present: bool) -> dict:
-    rows = "".join(f"| {t} | {s['rows']} | {s['dim']} | {s['with_tokens']} |\n" for t, s in sorted(stats.items()))
+    rows = [(t, s["rows"], s["dim"], s["with_tokens"]) for t, s in sorted(stats.items())]
     return {
         "dagster/row_count": dg.MetadataValue.int(sum(s["rows"] for s in stats.values())),
         "cutoff": dg.MetadataValue.text(cutoff.isoformat()),
         "folder": dg.MetadataValue.path(str(folder)),
         "tokens_present": dg.MetadataValue.bool(tokens_present),
-        "tables": dg.MetadataValue.md("| type | rows | dim | with tokens |\n|---|---|---|---|\n" + rows),
+        "tables": dg.MetadataValue.md(markdown_table(["type", "rows", "dim", "with tokens"], rows)),
     }
 
 
 @dg.asset(
     deps=["feature_tables"],
-    partitions_def=daily_partitions(),
+    partitions_def=DAILY,
     group_name="serving",
     kinds={"feast"},
     owners=["team:hir"],
@@ -85,18 +84,18 @@ def _tables_metadata(stats: dict, folder: Path, cutoff, tokens_present: bool) ->
 )
 def feast_registry(context: dg.AssetExecutionContext, feast: FeastStore) -> dg.MaterializeResult:
     kinds = feast.apply()
-    views = "".join(f"| {v} | {v.removesuffix('_features')}_key |\n" for v in sorted(kinds.get("FeatureView", [])))
+    views = [(v, f"{v.removesuffix('_features')}_key") for v in sorted(kinds.get("FeatureView", []))]
     return dg.MaterializeResult(metadata={
         "registry": dg.MetadataValue.path(str(feast.repo_config().registry.path)),
         "feature_views": dg.MetadataValue.int(len(kinds.get("FeatureView", []))),
         "feature_services": dg.MetadataValue.text(", ".join(kinds.get("FeatureService", []))),
-        "views": dg.MetadataValue.md("| feature view | join key |\n|---|---|\n" + views),
+        "views": dg.MetadataValue.md(markdown_table(["feature view", "join key"], views)),
     })
 
 
 @dg.asset(
     deps=["feast_registry", "feature_tables"],
-    partitions_def=daily_partitions(),
+    partitions_def=DAILY,
     group_name="serving",
     kinds={"feast", "sqlite"},
     owners=["team:hir"],
@@ -108,9 +107,10 @@ def feast_registry(context: dg.AssetExecutionContext, feast: FeastStore) -> dg.M
 )
 def feast_online(context: dg.AssetExecutionContext, feast: FeastStore):
     partition = context.partition_key
-    newest = table_partitions(feast.artifacts_dir)[-1]
+    catalogue = Artifacts(feast.artifacts_dir)
+    newest = catalogue.partitions("feature_tables")[-1]
     start, end = cutoff_of(partition), max(cutoff_of(partition), cutoff_of(newest))
-    types = table_types(feast.artifacts_dir, partition)
+    types = catalogue.feature_table_types(partition)
     store = feast.store()
     context.log.info(f"materialising {', '.join(types)} over [{start.isoformat()}, {end.isoformat()}]")
     feast.materialize(start, end, types, store)
@@ -134,7 +134,7 @@ def _mismatches(feast: FeastStore, store, entity_type: str, partition: str, samp
     import numpy as np
     import pyarrow.parquet as pq
 
-    path = table_path(feast.artifacts_dir, partition, entity_type)
+    path = Artifacts(feast.artifacts_dir).feature_table(partition, entity_type)
     if not path.exists():
         return 0
     table = pq.read_table(path, columns=[f"{entity_type}_key", "hir_embedding"]).slice(0, sample)
@@ -157,12 +157,12 @@ def _preview(feast: FeastStore, store, types: list[str], partition: str) -> str:
     import pyarrow.parquet as pq
 
     t = types[0]
-    path = table_path(feast.artifacts_dir, partition, t)
+    path = Artifacts(feast.artifacts_dir).feature_table(partition, t)
     keys = pq.read_table(path, columns=[f"{t}_key"]).column(0).to_pylist()[:3]
     got = feast.online(t, keys, store=store)
-    lines = [f"| {t}_key | model_version | coarse | fine | tokens | embedding[:4] |", "|---|---|---|---|---|---|"]
+    rows = []
     for i, key in enumerate(keys):
         vec = got["hir_embedding"][i] or []
-        lines.append(f"| {key} | {got['model_version'][i]} | {got['coarse_interest'][i]} | {got['fine_interest'][i]} "
-                     f"| {got['bom_tokens'][i]} | {[round(x, 3) for x in vec[:4]]} |")
-    return "\n".join(lines)
+        rows.append((key, got["model_version"][i], got["coarse_interest"][i], got["fine_interest"][i],
+                     got["bom_tokens"][i], [round(x, 3) for x in vec[:4]]))
+    return markdown_table([f"{t}_key", "model_version", "coarse", "fine", "tokens", "embedding[:4]"], rows)

@@ -7,11 +7,10 @@ names every token from the world knowledge of the entities holding it.
 """
 
 import dagster as dg
-from hir.partitions import cutoff_of, daily_partitions
-from hir.resources import ArtifactStore, TorchRuntime, Warehouse
-from hir.settings import Settings
+from hir.partitions import DAILY, cutoff_of
+from hir.resources import ArtifactStore, SettingsResource, TorchRuntime, Warehouse
+from hir.tables import markdown_table
 
-PARTITIONS = daily_partitions()
 PREVIEW_ROWS = 12
 
 _LABELS_SQL = """
@@ -58,7 +57,7 @@ def _usage_plot(usage: list[dict], codes) -> dg.MetadataValue:
 
 
 @dg.asset(
-    partitions_def=PARTITIONS,
+    partitions_def=DAILY,
     deps=["entity_embeddings"],
     group_name="tokens",
     kinds={"pytorch", "safetensors"},
@@ -69,22 +68,24 @@ def _usage_plot(usage: list[dict], codes) -> dg.MetadataValue:
         "alternating least-squares codebooks and ICM + local-search codes."
     ),
 )
-def bom_quantizer(context: dg.AssetExecutionContext, artifacts: ArtifactStore, torch_runtime: TorchRuntime):
-    from hir.storage import write_json, write_parquet
+def bom_quantizer(context: dg.AssetExecutionContext, artifacts: ArtifactStore, torch_runtime: TorchRuntime, hir_settings: SettingsResource):
+    from hir.storage import CODES_FILE, QUANTIZER_REPORT_FILE, write_json, write_parquet
     from hir.tokens.bom import codes_table, read_embeddings, train_quantizer
 
-    settings = Settings.from_env()
+    settings = hir_settings.get()
     key = context.partition_key
-    emb = read_embeddings(_require(artifacts.path("entity_embeddings", key) / "embeddings.parquet", "entity_embeddings"))
+    emb = read_embeddings(_require(artifacts.catalogue.embeddings(key), "entity_embeddings"))
     quantizer, codes, report = train_quantizer(emb, settings, torch_runtime.setup())
     with artifacts.write_partition("bom_quantizer", key) as out:
         quantizer.save(out)
-        write_parquet(out / "codes.parquet", codes_table(emb, codes))
-        write_json(out / "report.json", report)
+        write_parquet(out / CODES_FILE, codes_table(emb, codes))
+        write_json(out / QUANTIZER_REPORT_FILE, report)
     usage = report["usage"]
-    table = "| level | codewords | used | top share | perplexity | MSE with levels ≤ l |\n|---|---|---|---|---|---|\n" + "".join(
-        f"| {u['level']} | {u['codewords']} | {u['used']:.2f} | {u['top_share']:.3f} | {u['perplexity']:.1f} | {m:.5f} |\n"
-        for u, m in zip(usage, report["mse_per_level"])
+    table = markdown_table(
+        ["level", "codewords", "used", "top share", "perplexity", "MSE with levels ≤ l"],
+        [(u["level"], u["codewords"], u["used"], u["top_share"], u["perplexity"], m)
+         for u, m in zip(usage, report["mse_per_level"])],
+        {"used": ".2f", "top share": ".3f", "perplexity": ".1f", "MSE with levels ≤ l": ".5f"},
     )
     context.log.info(f"quantizer: mse per level {report['mse_per_level']}")
     return dg.MaterializeResult(metadata={
@@ -96,12 +97,12 @@ def bom_quantizer(context: dg.AssetExecutionContext, artifacts: ArtifactStore, t
         "collapse_top_share": dg.MetadataValue.float(max(u["top_share"] for u in usage)),
         "levels": dg.MetadataValue.md(table),
         "code_usage": _usage_plot(usage, codes),
-        "path": dg.MetadataValue.path(str(artifacts.path("bom_quantizer", key))),
+        "path": dg.MetadataValue.path(str(artifacts.catalogue.quantizer_dir(key))),
     })
 
 
 @dg.asset(
-    partitions_def=PARTITIONS,
+    partitions_def=DAILY,
     deps=["bom_quantizer", "graph_snapshot", "entity_embeddings"],
     group_name="tokens",
     kinds={"parquet"},
@@ -112,21 +113,26 @@ def bom_quantizer(context: dg.AssetExecutionContext, artifacts: ArtifactStore, t
         "serves (codes of the users engaging with it, time-decayed). Token id = level·1e6 + code."
     ),
 )
-def bom_tokens(context: dg.AssetExecutionContext, artifacts: ArtifactStore):
+def bom_tokens(context: dg.AssetExecutionContext, artifacts: ArtifactStore, hir_settings: SettingsResource):
     import pyarrow.parquet as pq
-    from hir.storage import write_parquet
+    from hir.storage import (
+        SNAPSHOT_EDGES_FILE,
+        SNAPSHOT_NODES_FILE,
+        TOKENS_FILE,
+        write_parquet,
+    )
     from hir.tokens.bom import bags_table, build_bags, engagement_matrix, read_codes
 
-    settings = Settings.from_env()
+    settings = hir_settings.get()
     key = context.partition_key
-    emb, codes = read_codes(_require(artifacts.path("bom_quantizer", key) / "codes.parquet", "bom_quantizer"))
-    graph = artifacts.path("graph_snapshot", key)
-    nodes = pq.read_table(_require(graph / "nodes.parquet", "graph_snapshot"), columns=["entity_id"])
-    edges = pq.read_table(_require(graph / "edges.parquet", "graph_snapshot"), columns=["src", "dst", "weight"])
+    emb, codes = read_codes(_require(artifacts.catalogue.codes(key), "bom_quantizer"))
+    graph = artifacts.catalogue.snapshot_dir(key)
+    nodes = pq.read_table(_require(graph / SNAPSHOT_NODES_FILE, "graph_snapshot"), columns=["entity_id"])
+    edges = pq.read_table(_require(graph / SNAPSHOT_EDGES_FILE, "graph_snapshot"), columns=["src", "dst", "weight"])
     bags, token_of_column = build_bags(emb, codes, engagement_matrix(emb, nodes, edges), settings)
     table = bags_table(emb, bags, token_of_column, cutoff_of(key))
     with artifacts.write_partition("bom_tokens", key) as out:
-        write_parquet(out / "tokens.parquet", table)
+        write_parquet(out / TOKENS_FILE, table)
     return dg.MaterializeResult(metadata={
         "dagster/row_count": dg.MetadataValue.int(table.num_rows),
         "tokens_per_bag": dg.MetadataValue.float(float(bags.nnz / max(table.num_rows, 1))),
@@ -138,15 +144,15 @@ def bom_tokens(context: dg.AssetExecutionContext, artifacts: ArtifactStore):
 
 def _bag_preview(table) -> str:
     rows = table.slice(0, PREVIEW_ROWS).to_pylist()
-    lines = ["| entity | type | key | tokens (weight) |", "|---|---|---|---|"]
+    cells = []
     for r in rows:
         bag = ", ".join(f"{t}({w:.2f})" for t, w in sorted(zip(r["tokens"], r["weights"]), key=lambda p: -p[1])[:6])
-        lines.append(f"| {r['entity_id']} | {r['entity_type']} | {r['source_key']} | {bag} |")
-    return "\n".join(lines)
+        cells.append((r["entity_id"], r["entity_type"], r["source_key"], bag))
+    return markdown_table(["entity", "type", "key", "tokens (weight)"], cells)
 
 
 @dg.asset(
-    partitions_def=PARTITIONS,
+    partitions_def=DAILY,
     deps=["bom_tokens"],
     group_name="tokens",
     kinds={"parquet", "pytorch"},
@@ -161,20 +167,21 @@ def _bag_preview(table) -> str:
 def bom_index(context: dg.AssetExecutionContext, artifacts: ArtifactStore):
     import numpy as np
     import pyarrow.parquet as pq
-    from hir.storage import write_parquet
+    from hir.storage import POSTINGS_FILE, write_parquet
     from hir.tokens.bom import load_index, postings_table
 
     key = context.partition_key
-    bags = pq.read_table(_require(artifacts.path("bom_tokens", key) / "tokens.parquet", "bom_tokens"))
+    bags = pq.read_table(_require(artifacts.catalogue.tokens(key), "bom_tokens"))
     postings = postings_table(bags)
     with artifacts.write_partition("bom_index", key) as out:
-        write_parquet(out / "postings.parquet", postings)
-    index = load_index(pq.read_table(artifacts.path("bom_index", key) / "postings.parquet"))
+        write_parquet(out / POSTINGS_FILE, postings)
+    index = load_index(pq.read_table(artifacts.catalogue.postings(key)))
     lengths = (index.offsets[1:] - index.offsets[:-1]).numpy()
     levels = index.tokens.numpy() // 1_000_000
-    per_level = "| level | tokens | postings | longest list |\n|---|---|---|---|\n" + "".join(
-        f"| {lv} | {(levels == lv).sum()} | {lengths[levels == lv].sum():,} | {lengths[levels == lv].max():,} |\n"
-        for lv in np.unique(levels)
+    per_level = markdown_table(
+        ["level", "tokens", "postings", "longest list"],
+        [(lv, (levels == lv).sum(), lengths[levels == lv].sum(), lengths[levels == lv].max()) for lv in np.unique(levels)],
+        {"postings": ",", "longest list": ","},
     )
     yield dg.MaterializeResult(metadata={
         "dagster/row_count": dg.MetadataValue.int(postings.num_rows),
@@ -208,7 +215,7 @@ def _unindexed(index, postings) -> int:
 
 
 @dg.asset(
-    partitions_def=PARTITIONS,
+    partitions_def=DAILY,
     deps=["bom_index", "content", "relations", "entities"],
     group_name="tokens",
     kinds={"parquet", "duckdb"},
@@ -220,20 +227,25 @@ def _unindexed(index, postings) -> int:
 )
 def token_descriptions(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse):
     import pyarrow.parquet as pq
-    from hir.storage import write_bytes, write_parquet
+    from hir.storage import (
+        DESCRIPTIONS_FILE,
+        DESCRIPTIONS_PREVIEW_FILE,
+        write_bytes,
+        write_parquet,
+    )
     from hir.tokens.bom import describe_tokens
 
     key = context.partition_key
     cutoff = cutoff_of(key)
-    postings = pq.read_table(_require(artifacts.path("bom_index", key) / "postings.parquet", "bom_index"))
+    postings = pq.read_table(_require(artifacts.catalogue.postings(key), "bom_index"))
     with warehouse.connect(read_only=True) as con:
         texts = con.execute(_TEXTS_SQL, [cutoff]).df()
         labels = con.execute(_LABELS_SQL, [cutoff, cutoff]).df()
     table = describe_tokens(postings, texts, labels)
     preview = _description_preview(table)
     with artifacts.write_partition("token_descriptions", key) as out:
-        write_parquet(out / "descriptions.parquet", table)
-        write_bytes(out / "descriptions.md", preview.encode())
+        write_parquet(out / DESCRIPTIONS_FILE, table)
+        write_bytes(out / DESCRIPTIONS_PREVIEW_FILE, preview.encode())
     described = sum(1 for d in table.column("description").to_pylist() if d)
     return dg.MaterializeResult(metadata={
         "dagster/row_count": dg.MetadataValue.int(table.num_rows),
@@ -246,8 +258,7 @@ def token_descriptions(context: dg.AssetExecutionContext, artifacts: ArtifactSto
 def _description_preview(table) -> str:
     """The most populated tokens of each level with their descriptions, as Markdown."""
     rows = sorted(table.to_pylist(), key=lambda r: (r["level"], -r["entities"]))
-    lines = ["| token | level | entities | description |", "|---|---|---|---|"]
-    for level in sorted({r["level"] for r in rows}):
-        for r in [r for r in rows if r["level"] == level][:PREVIEW_ROWS]:
-            lines.append(f"| {r['token']} | {level} | {r['entities']:,} | {r['description'] or '—'} |")
-    return "\n".join(lines)
+    cells = [(r["token"], level, r["entities"], r["description"] or "—")
+             for level in sorted({r["level"] for r in rows})
+             for r in [r for r in rows if r["level"] == level][:PREVIEW_ROWS]]
+    return markdown_table(["token", "level", "entities", "description"], cells, {"entities": ","})

@@ -10,11 +10,11 @@ need no resizing.
 
 ``entity_embeddings`` embeds every entity of the snapshot (cold-start entities included) with the
 trained student through the ``flex`` attention backend — after a self-check against ``dense`` on
-this machine (:func:`hir.models.trainer.flex_self_check`); where they disagree by more than
+this machine (:func:`hir.models.inference.flex_self_check`); where they disagree by more than
 ``FLEX_TOLERANCE`` it falls back to ``dense`` and says so — and writes ``embeddings.parquet``:
 ``entity_id, entity_type, source_key, embedding FLOAT[d], coarse_prototype, fine_prototype,
 model_version, cutoff``. The prototype columns are interest clusters fitted on the final
-embeddings (:func:`hir.models.trainer.nested_clusters`: per-type mean removed, spherical k-means
+embeddings (:func:`hir.models.clustering.nested_clusters`: per-type mean removed, spherical k-means
 into ``HIR_TRAIN_COARSE`` clusters, then ``HIR_TRAIN_FINE / HIR_TRAIN_COARSE`` nested inside each);
 the learned prototypes' NMI against a planted truth is reported beside theirs.
 """
@@ -23,11 +23,10 @@ import shutil
 
 import dagster as dg
 from hir.errors import SourceError
-from hir.partitions import cutoff_of, daily_partitions
-from hir.resources import ArtifactStore, TorchRuntime, Warehouse
-from hir.settings import Settings
+from hir.partitions import DAILY, cutoff_of
+from hir.resources import ArtifactStore, SettingsResource, TorchRuntime, Warehouse
+from hir.tables import markdown_table
 
-PARTITIONS = daily_partitions()
 GROUP = "training"
 PREVIEW_ROWS = 10
 FLEX_TOLERANCE = 1e-3  # float32 flex and dense differ by ~1e-6; a faulty kernel by 0.1 or NaN
@@ -35,56 +34,13 @@ _CURVES = ("loss", "loss_proto", "loss_pair", "loss_hier", "loss_eng")
 _COLLAPSE = ("entropy_coarse", "entropy_fine", "top_share_coarse", "top_share_fine", "emb_std")
 
 
-def _snapshot(artifacts: ArtifactStore, partition: str):
-    """The partition's snapshot as a TemporalGraph, or a clear error when it is missing."""
-    from hir.models.graph import load_snapshot
-
-    folder = artifacts.path("graph_snapshot", partition)
-    if not (folder / "meta.json").exists():
-        raise SourceError(f"graph_snapshot {partition} is missing at {folder}; materialise it first")
-    return load_snapshot(folder)
-
-
-def _world_knowledge(artifacts: ArtifactStore, graph):
-    from hir.models.trainer import read_world_knowledge
-
-    return read_world_knowledge(artifacts.path("world_knowledge") / "world_knowledge.parquet", graph.entity_id)
-
-
-def _previous_checkpoint(artifacts: ArtifactStore, partition: str) -> str:
-    """The newest earlier partition of ``hir_encoder`` holding a checkpoint, or ""."""
-    earlier = [p for p in artifacts.partitions("hir_encoder") if p < partition]
-    for p in reversed(earlier):
-        if (artifacts.path("hir_encoder", p) / "state.json").exists():
-            return str(artifacts.path("hir_encoder", p))
-    return ""
-
-
-def _configs(settings: Settings, graph, wk, warm_start: str, backend: str):
-    """Train, encoder and sampler configs from the settings."""
-    from hir.models.sampler import SamplerConfig
-    from hir.models.trainer import TrainConfig, encoder_config_for
-
-    train = TrainConfig(
-        steps=settings.train_steps, batch_size=settings.train_batch, lr=settings.train_lr,
-        coarse=settings.train_coarse, fine=settings.train_fine, w_proto=settings.train_w_proto, w_pair=settings.train_w_pair,
-        w_hier=settings.train_w_hier, w_eng=settings.train_w_eng, w_nce=settings.train_w_nce,
-        narrow_views=settings.train_narrow_views, checkpoint_every=settings.train_checkpoint_every,
-        log_every=settings.train_log_every, seed=settings.seed, backend=backend,
-        warm_start=warm_start, finetune_steps=settings.finetune_steps,
-    )
-    wk_dim = 0 if wk is None else int(wk.shape[1])
-    encoder = encoder_config_for(graph, settings.train_dim, settings.train_layers, settings.train_heads, wk_dim=wk_dim)
-    sampler = SamplerConfig(broad_tokens=settings.train_broad_tokens, narrow_tokens=settings.train_narrow_tokens)
-    return train, encoder, sampler
-
-
 def _trainer(context, graph, configs, work, wk, device):
     """A trainer over ``work``. A leftover checkpoint of other settings is discarded, then a warm
     start whose checkpoint no longer fits the settings falls back to training from scratch."""
     import dataclasses
 
-    from hir.models.trainer import CheckpointMismatch, Trainer
+    from hir.models.checkpoint import CheckpointMismatch
+    from hir.models.trainer import Trainer
 
     def log(record):
         context.log.info("step {step}: loss {loss:.4f} entropy {entropy_coarse:.2f}/{entropy_fine:.2f}".format(**record))
@@ -122,12 +78,12 @@ def _curves_plot(metrics: list[dict]) -> dg.MetadataValue:
 
 
 def _metrics_table(record: dict) -> str:
-    rows = "".join(f"| {k} | {v:.4f} |\n" for k, v in record.items() if isinstance(v, float))
-    return "| metric | value |\n|---|---|\n" + rows
+    rows = [(k, v) for k, v in record.items() if isinstance(v, float)]
+    return markdown_table(["metric", "value"], rows, {"value": ".4f"})
 
 
 @dg.asset(
-    partitions_def=PARTITIONS,
+    partitions_def=DAILY,
     deps=["graph_snapshot", "world_knowledge"],
     group_name=GROUP,
     kinds={"pytorch", "safetensors"},
@@ -138,29 +94,26 @@ def _metrics_table(record: dict) -> str:
         "warm-starts from the previous partition's checkpoint."
     ),
 )
-def hir_encoder(context: dg.AssetExecutionContext, artifacts: ArtifactStore, torch_runtime: TorchRuntime):
-    settings = Settings.from_env()
+def hir_encoder(context: dg.AssetExecutionContext, artifacts: ArtifactStore, torch_runtime: TorchRuntime, hir_settings: SettingsResource):
+    from hir.training.inputs import training_run
+
     partition = context.partition_key
     device = torch_runtime.setup()
-    graph = _snapshot(artifacts, partition)
-    wk = _world_knowledge(artifacts, graph)
-    warm = _previous_checkpoint(artifacts, partition) if settings.warm_start else ""
-    backend = "flex" if device.type == "cuda" else "dense"
-    configs = _configs(settings, graph, wk, warm, backend)
-    work = artifacts.path("hir_encoder", partition).parent / f".work-{partition}"
-    trainer = _trainer(context, graph, configs, work, wk, device)
+    run = training_run(hir_settings.get(), partition, device.type)
+    graph, wk, warm, work = run.graph, run.wk, run.warm_start, run.work
+    trainer = _trainer(context, graph, run.configs, work, wk, device)
     context.log.info(
         f"training on {graph.num_nodes} nodes, {graph.csr.num_edges // 2} edges, world knowledge "
         f"{'none' if wk is None else wk.shape[1]}, {'warm from ' + warm if warm else 'from scratch'}"
     )
     result = trainer.fit()
-    from hir.models.trainer import CHECKPOINT_FILES
+    from hir.models.checkpoint import CHECKPOINT_FILES
 
     with artifacts.write_partition("hir_encoder", partition) as out:
         for name in CHECKPOINT_FILES:
             shutil.copy2(work / name, out / name)
     shutil.rmtree(work, ignore_errors=True)
-    folder = artifacts.path("hir_encoder", partition)
+    folder = artifacts.catalogue.encoder_dir(partition)
     final = result.metrics[-1] if result.metrics else {}
     return dg.MaterializeResult(
         metadata={
@@ -215,7 +168,7 @@ def _planted_nmi(warehouse: Warehouse, entity_ids, coarse, fine) -> dict | None:
 
 def _attention_backend(context, graph, model, sampler_config, wk, batch_size: int, device) -> tuple[str, float]:
     """``flex`` where it agrees with ``dense`` on this machine, else ``dense``; and the difference."""
-    from hir.models.trainer import flex_self_check
+    from hir.models.inference import flex_self_check
 
     diff = flex_self_check(graph, model, sampler_config, wk=wk, batch_size=batch_size, device=device)
     if diff <= FLEX_TOLERANCE:
@@ -255,7 +208,7 @@ def _embedding_plot(embedding, coarse) -> dg.MetadataValue:
 
 
 @dg.asset(
-    partitions_def=PARTITIONS,
+    partitions_def=DAILY,
     deps=["hir_encoder", "graph_snapshot", "world_knowledge"],
     group_name=GROUP,
     kinds={"pytorch", "parquet"},
@@ -268,22 +221,25 @@ def _embedding_plot(embedding, coarse) -> dg.MetadataValue:
     ),
 )
 def entity_embeddings(
-    context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse, torch_runtime: TorchRuntime
+    context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse, torch_runtime: TorchRuntime, hir_settings: SettingsResource
 ):
     import hashlib
 
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from hir.models.trainer import embed_all, load_model, nested_clusters, read_configs
-    from hir.storage import write_parquet
+    from hir.models.checkpoint import load_model, read_configs
+    from hir.models.clustering import nested_clusters
+    from hir.models.inference import embed_all
+    from hir.storage import EMBEDDINGS_FILE, SNAPSHOT_NODES_FILE, write_parquet
+    from hir.training.inputs import load_partition_graph, load_world_knowledge
 
-    settings = Settings.from_env()
+    settings = hir_settings.get()
     partition = context.partition_key
     device = torch_runtime.setup()
-    graph = _snapshot(artifacts, partition)
-    wk = _world_knowledge(artifacts, graph)
-    folder = artifacts.path("hir_encoder", partition)
+    graph = load_partition_graph(settings, partition)
+    wk = load_world_knowledge(settings, graph)
+    folder = artifacts.catalogue.encoder_dir(partition)
     if not (folder / "model.safetensors").exists():
         raise SourceError(f"hir_encoder {partition} is missing at {folder}; materialise it first")
     model = load_model(folder, max(1, len(graph.edge_types)), device=device)
@@ -299,7 +255,7 @@ def entity_embeddings(
     digest = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()[:12]
     version = f"hir-{partition}-{digest}"
     entity_ids = graph.entity_id.numpy()
-    types = pq.read_table(artifacts.path("graph_snapshot", partition) / "nodes.parquet", columns=["entity_type"]).column(0)
+    types = pq.read_table(artifacts.catalogue.snapshot_dir(partition) / SNAPSHOT_NODES_FILE, columns=["entity_type"]).column(0)
     keys = _source_keys(warehouse, entity_ids)
     embedding = out.embedding.numpy().astype(np.float32)
     _require_finite(embedding, entity_ids, keys)
@@ -318,7 +274,7 @@ def entity_embeddings(
         "cutoff": pa.array([cutoff_of(partition)] * len(entity_ids), pa.timestamp("us", tz="UTC")),
     })
     with artifacts.write_partition("entity_embeddings", partition) as tmp:
-        write_parquet(tmp / "embeddings.parquet", table)
+        write_parquet(tmp / EMBEDDINGS_FILE, table)
     nmi = _planted_nmi(warehouse, entity_ids, coarse, fine)
     learned = _planted_nmi(warehouse, entity_ids, out.coarse.numpy(), out.fine.numpy())
     preview = table.slice(0, PREVIEW_ROWS).select(["entity_id", "entity_type", "source_key", "coarse_prototype", "fine_prototype"])
@@ -332,7 +288,7 @@ def entity_embeddings(
         "fine_prototypes_used": dg.MetadataValue.int(int(np.unique(fine).size)),
         "preview": dg.MetadataValue.md(preview.to_pandas().to_markdown(index=False)),
         "plot": _embedding_plot(embedding, coarse),
-        "path": dg.MetadataValue.path(str(artifacts.path("entity_embeddings", partition) / "embeddings.parquet")),
+        "path": dg.MetadataValue.path(str(artifacts.catalogue.embeddings(partition))),
     }
     if nmi:
         metadata["nmi_coarse_vs_planted"] = dg.MetadataValue.float(round(nmi["nmi_coarse"], 4))

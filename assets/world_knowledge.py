@@ -20,6 +20,7 @@ no other process open a file that a writer holds.
 
 import dagster as dg
 from hir.resources import ArtifactStore, Warehouse
+from hir.tables import markdown_table
 from hir.world_knowledge.embedders import ImageEmbedder, TextEmbedder
 
 GROUP = "world_knowledge"
@@ -45,13 +46,6 @@ def _counts(report) -> dict:
         "total": dg.MetadataValue.int(report.total),
         "removed_stale_rows": dg.MetadataValue.int(report.removed),
     }
-
-
-def _md_table(header: list[str], rows: list) -> str:
-    """A Markdown table; cells are stringified and pipes escaped."""
-    cells = [[str(v).replace("|", "\\|").replace("\n", " ") for v in row] for row in rows]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in cells])
 
 
 def _short(text, n: int = 48) -> str:
@@ -83,7 +77,7 @@ def text_embeddings(context: dg.AssetExecutionContext, warehouse: Warehouse, tex
             [report.model, _PREVIEW_ROWS],
         ).fetchall() if report.dimension else []
     context.log.info(f"text: {report.embedded} embedded, {report.cached} cached of {report.total} ({report.model})")
-    preview = _md_table(["entity_id", "text", "vector"], [(e, _short(t), _head(v)) for e, t, v in rows])
+    preview = markdown_table(["entity_id", "text", "vector"], [(e, _short(t), _head(v)) for e, t, v in rows])
     return dg.MaterializeResult(metadata=_counts(report) | {"preview": dg.MetadataValue.md(preview)})
 
 
@@ -129,7 +123,7 @@ def _image_metadata(con, report) -> dict:
             [report.model, _PREVIEW_ROWS],
         ).fetchall()
     failures = known_image_failures(con, report.model)
-    skipped = _md_table(["image_uri", "reason"], failures[:_LISTED_FAILURES]) if failures else "no skipped images"
+    skipped = markdown_table(["image_uri", "reason"], failures[:_LISTED_FAILURES], empty="no skipped images")
     if len(failures) > _LISTED_FAILURES:
         skipped += f"\n\n… and {len(failures) - _LISTED_FAILURES} more"
     preview = [(e, _short(u), _head(v), _short(err or "")) for e, u, v, err in rows]
@@ -140,7 +134,7 @@ def _image_metadata(con, report) -> dict:
         "images_skipped": dg.MetadataValue.int(len(failures)),
         "images_failed_this_run": dg.MetadataValue.int(len(report.failures)),
         "skipped_files": dg.MetadataValue.md(skipped),
-        "preview": dg.MetadataValue.md(_md_table(["entity_id", "image_uri", "image vector", "error"], preview)),
+        "preview": dg.MetadataValue.md(markdown_table(["entity_id", "image_uri", "image vector", "error"], preview)),
     }
 
 
@@ -160,7 +154,7 @@ def world_knowledge(
     text_embedder: TextEmbedder,
     image_embedder: ImageEmbedder,
 ) -> dg.MaterializeResult:
-    from hir.storage import write_json, write_parquet
+    from hir.storage import META_FILE, write_json, write_parquet
     from hir.world_knowledge.embedders import EmbedderError
     from hir.world_knowledge.store import fuse
 
@@ -170,17 +164,17 @@ def world_knowledge(
         clip_model = None
     with warehouse.connect() as con:
         fused = fuse(con, text_embedder.model_id, clip_model)
-    folder = artifacts.path("world_knowledge")
-    write_parquet(folder / "world_knowledge.parquet", fused.table)
+    path = artifacts.catalogue.world_knowledge()
+    write_parquet(path, fused.table)
     stats = _modality_counts(fused.table)
-    write_json(folder / "meta.json", {"model": fused.model, "dimension": fused.dimension, "rows": fused.table.num_rows, **stats})
+    write_json(path.with_name(META_FILE), {"model": fused.model, "dimension": fused.dimension, "rows": fused.table.num_rows, **stats})
     context.log.info(f"world_knowledge: {fused.table.num_rows} entities, d={fused.dimension}, {fused.model}")
     metadata = {
         "dagster/row_count": dg.MetadataValue.int(fused.table.num_rows),
         "dimension": dg.MetadataValue.int(fused.dimension),
         "model": dg.MetadataValue.text(fused.model),
         "without_usable_content": dg.MetadataValue.int(fused.without_vector),
-        "path": dg.MetadataValue.path(str(folder / "world_knowledge.parquet")),
+        "path": dg.MetadataValue.path(str(path)),
         "preview": dg.MetadataValue.md(_fused_preview(fused.table)),
         **{k: dg.MetadataValue.int(v) for k, v in stats.items()},
     }
@@ -205,7 +199,7 @@ def _modality_counts(table) -> dict[str, int]:
 def _fused_preview(table) -> str:
     head = table.slice(0, _PREVIEW_ROWS).to_pylist()
     rows = [(r["entity_id"], r["has_text"], r["has_image"], _head(r["vector"])) for r in head]
-    return _md_table(["entity_id", "has_text", "has_image", "vector"], rows)
+    return markdown_table(["entity_id", "has_text", "has_image", "vector"], rows)
 
 
 def _map(table, dimension: int) -> dg.MetadataValue:

@@ -11,11 +11,14 @@ A snapshot at cut-off ``T`` (see ``hir.assets.graph``) is two Parquet files and 
 
 :func:`load_snapshot` turns them into a :class:`TemporalGraph`: the merged, symmetric CSR over all
 edge types (each stored edge appears in both directions) with per-entry edge attributes, and a CSR
-per edge type (the merged CSR's entries of that type, in the same order). Arrow columns of the
-dtype torch needs, in one chunk and without nulls, are wrapped, not copied (``entity_id``,
-``type_id``, ``src``, ``dst``, ``edge_type_id``, ``count``, ``last_ts`` and ``weight`` are written in
-those dtypes); other columns are converted once. A snapshot whose edges name a node that is not in
-``nodes.parquet`` is refused with a :class:`SnapshotError`.
+per edge type (the merged CSR's entries of that type, in the same order). Each node's entries are
+in time order (by ``last_ts``), so the entries of node ``i`` before a time ``t`` are a prefix of its
+slice that :class:`TimeIndex` finds by binary search, and :func:`node_features_at` gives the node
+metadata as of ``t``. Arrow columns of the dtype torch needs, in one chunk and without nulls, are
+wrapped, not copied (``entity_id``, ``type_id``, ``src``, ``dst``, ``edge_type_id``, ``count``,
+``last_ts`` and ``weight`` are written in those dtypes); other columns are converted once. A
+snapshot whose edges name a node that is not in ``nodes.parquet`` is refused with a
+:class:`SnapshotError`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+
+SECONDS_PER_DAY = 86_400.0
 
 
 class SnapshotError(ValueError):
@@ -52,6 +57,14 @@ class CSR:
 
     def degree(self) -> torch.Tensor:
         return self.indptr[1:] - self.indptr[:-1]
+
+    def is_time_sorted(self) -> bool:
+        """True when every node's entries are in ``last_ts`` order (as :func:`build_csr` writes them)."""
+        if self.num_edges < 2:
+            return True
+        rows = self.rows()
+        same_row = rows[1:] == rows[:-1]
+        return bool((self.last_ts[1:] >= self.last_ts[:-1])[same_row].all())
 
     def rows(self) -> torch.Tensor:
         """The row (source node) of every entry, ``int64 [E]``, in CSR order."""
@@ -106,6 +119,93 @@ class TemporalGraph:
         return int(self.entity_id.numel())
 
 
+@dataclass
+class TimeIndex:
+    """Which entries of a node lie strictly before a time: one binary search over a time-sorted CSR.
+
+    The ``U`` distinct ``last_ts`` values, sorted, give each entry ``e`` of row ``r`` a rank and the
+    key ``k_e = r · (U + 1) + rank(last_ts_e)``; keys increase along a time-sorted CSR. The entries
+    of node ``i`` with ``last_ts < t`` are then ``indptr[i] … end − 1`` with
+    ``end = searchsorted(k, i · (U + 1) + #{distinct times < t})`` — one ``torch.searchsorted`` for
+    a whole batch of ``(node, t)`` queries and no copy of the graph per query (``N · (U + 1)`` must
+    stay below ``2⁶³``).
+
+    Attributes:
+        indptr: the CSR's row pointers ``[N + 1]``.
+        times: ``[U]`` float64 distinct entry times, increasing.
+        key: ``[E]`` int64 entry keys (above).
+        count_prefix: ``[E + 1]`` float64, ``Σ_{e' < e} count_e'`` in CSR order, so the events of a
+            run of entries ``a … b − 1`` are ``count_prefix[b] − count_prefix[a]``.
+    """
+
+    indptr: torch.Tensor
+    times: torch.Tensor
+    key: torch.Tensor
+    count_prefix: torch.Tensor
+
+    @classmethod
+    def of(cls, csr: CSR) -> TimeIndex:
+        """The index of ``csr``, whose rows must be time-sorted (:func:`build_csr` writes them so)."""
+        if not csr.is_time_sorted():
+            raise ValueError("the CSR's rows are not in last_ts order; build it with build_csr")
+        times, rank = torch.unique(csr.last_ts, sorted=True, return_inverse=True)
+        prefix = torch.cat([csr.count.new_zeros(1, dtype=torch.float64), torch.cumsum(csr.count.double(), 0)])
+        return cls(indptr=csr.indptr, times=times, key=csr.rows() * (times.numel() + 1) + rank, count_prefix=prefix)
+
+    def rank(self, times: torch.Tensor) -> torch.Tensor:
+        """``#{distinct entry times < t}`` per time: the form :meth:`end_at_rank` takes a time in, so
+        a walker that queries many nodes at one time ranks it once."""
+        return torch.searchsorted(self.times, times.to(torch.float64).contiguous(), side="left")
+
+    def end_at_rank(self, nodes: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
+        """:meth:`end_before` with the times given as :meth:`rank` of them."""
+        return torch.searchsorted(self.key, (nodes * (self.times.numel() + 1) + rank).contiguous(), side="left")
+
+    def end_before(self, nodes: torch.Tensor, times: torch.Tensor) -> torch.Tensor:
+        """``end`` of the same shape as ``nodes``: entries ``indptr[node] … end − 1`` are the node's
+        entries with ``last_ts < time`` (``end = indptr[node]`` when there is none).
+
+        Args:
+            nodes: int64 node indices, any shape.
+            times: unix seconds, the shape of ``nodes``.
+        """
+        return self.end_at_rank(nodes, self.rank(times))
+
+
+def node_features_at(
+    graph: TemporalGraph, index: TimeIndex, nodes: torch.Tensor, times: torch.Tensor, activity_days: float = 7.0
+) -> torch.Tensor:
+    """Node metadata ``[..., 3]`` as of ``times``, in the layout of ``graph.node_features``, from
+    the past of each time only.
+
+    ``[log1p(degree_t), log1p(age_t), log1p(activity_t)]`` with ``degree_t`` the node's CSR entries
+    with ``last_ts < t`` (the snapshot's degree when ``t = T``), ``age_t = max(age_T − (T − t)/1 day, 0)``
+    (exact: age counts from a fixed first-seen time) and ``activity_t`` the events of the node's
+    entries with ``t − activity_days ≤ last_ts < t``. An edge's events all happen at or before its
+    ``last_ts``, so ``activity_t`` counts past events only; it approximates the snapshot's events in
+    ``[T − 7 days, T)``, which aggregated edges cannot give exactly.
+
+    Args:
+        graph: the snapshot (its ``cutoff`` ``T`` and ``node_features``).
+        index: ``TimeIndex.of(graph.csr)``.
+        nodes: int64 node indices, any shape.
+        times: unix seconds ``t ≤ T``, broadcastable to ``nodes`` (``[B, 1]`` for one time per
+            row of ``[B, S]`` nodes ranks each time once).
+        activity_days: the activity window in days.
+    """
+    width = graph.node_features.shape[1]
+    if width != 3:
+        raise ValueError(f"node_features_at needs the snapshot's (degree, age, activity) features; got {width} columns")
+    times = times.to(torch.float64)
+    start = index.indptr[nodes]
+    end = index.end_at_rank(nodes, index.rank(times))
+    window = index.end_at_rank(nodes, index.rank(times - activity_days * SECONDS_PER_DAY))
+    age_at_cutoff = torch.expm1(graph.node_features[nodes, 1].double())
+    age = (age_at_cutoff - (graph.cutoff - times) / SECONDS_PER_DAY).clamp_min(0)
+    activity = index.count_prefix[end] - index.count_prefix[window]
+    return torch.log1p(torch.stack([(end - start).double(), age, activity], dim=-1)).float()
+
+
 def _column(table: pa.Table, name: str, dtype: np.dtype) -> torch.Tensor:
     """A column as a tensor, zero-copy when it is one chunk of ``dtype`` without nulls."""
     col = table.column(name)
@@ -138,13 +238,15 @@ def build_csr(
         last_ts: ``[E]`` unix seconds of the newest event; count: ``[E]`` events per edge.
         symmetric: also store ``dst → src`` for every edge (a self-loop then appears twice).
 
-    Entries are ordered by ``(row, col)``, ties in input order.
+    Entries are ordered by ``(row, last_ts)``, ties in input order: each node's slice is in time
+    order, oldest first.
     """
     if symmetric:
         src, dst = torch.cat([src, dst]), torch.cat([dst, src])
         edge_type, weight = edge_type.repeat(2), weight.repeat(2)
         last_ts, count = last_ts.repeat(2), count.repeat(2)
-    order = torch.argsort(src * num_nodes + dst, stable=True)
+    order = torch.argsort(last_ts, stable=True)
+    order = order[torch.argsort(src[order], stable=True)]
     counts = torch.bincount(src, minlength=num_nodes)
     indptr = torch.zeros(num_nodes + 1, dtype=torch.int64)
     indptr[1:] = torch.cumsum(counts, 0)

@@ -1,5 +1,6 @@
-"""Self-supervised losses: Sinkhorn-Knopp balanced assignment, two-level prototype cross-entropy,
-hierarchical consistency and collapse metrics.
+"""Training losses: Sinkhorn-Knopp balanced assignment, two-level prototype cross-entropy,
+hierarchical consistency, InfoNCE, the logQ-corrected sampled softmax of the next-engagement task,
+and collapse metrics.
 
 Notation: a batch of ``B`` teacher scores ``S ∈ R^{B×K}`` (cosine similarities of L2-normalised
 projections to ``K`` L2-normalised prototypes); ``ε`` the Sinkhorn temperature; ``τ`` the student
@@ -111,6 +112,57 @@ def info_nce(anchor: torch.Tensor, positive: torch.Tensor, negatives: torch.Tens
     forward = torch.cat([a @ p.T, a @ n.T], dim=1) / temperature
     backward = torch.cat([p @ a.T, p @ n.T], dim=1) / temperature
     return 0.5 * (F.cross_entropy(forward, target) + F.cross_entropy(backward, target))
+
+
+def sampled_softmax(
+    query: torch.Tensor,
+    candidates: torch.Tensor,
+    candidate_node: torch.Tensor,
+    log_q: torch.Tensor,
+    temperature: float = 0.1,
+    log_prior: torch.Tensor | None = None,
+    weight: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Sampled softmax with the logQ correction: the full softmax over the catalogue, estimated from
+    sampled candidates.
+
+    The task's full softmax scores row ``b`` (an anchor as of its example's time) against every
+    catalogue item ``i`` with ``z_bi = ⟨q̂_b, ĉ_i⟩ / T + π_bi`` — cosine over the temperature plus
+    the log prior ``π`` that scoring adds (:class:`~hir.models.baselines.PriorCorrectedScorer`) —
+    and ``L = −log softmax(z_b)_{y_b}``. Here the candidates are ``C ≥ B`` sampled items, the first
+    ``B`` the batch's positives (row ``b``'s positive is candidate ``b``), and each logit is
+    corrected by the log of the candidate's expected count ``Q`` among a row's candidates:
+
+    ``ẑ_bj = ⟨q̂_b, ĉ_j⟩ / T + π_bj − log Q(j)``,  ``L = Σ_b w_b CE(softmax(ẑ_b), b) / Σ_b w_b``.
+
+    Since ``E[Σ_j exp(ẑ_bj)] = Σ_i exp(z_bi)`` over the catalogue, the corrected loss estimates the
+    full one (consistent as ``C`` grows); without the correction it would learn
+    ``z − log Q`` and rank rarely sampled items too high. A candidate that is row ``b``'s own positive
+    item but not column ``b`` (the same item positive in another row, or drawn into the pool) is
+    masked out of row ``b``: it is not a negative.
+
+    Args:
+        query: ``[B, d]`` anchor representations.
+        candidates: ``[C, d]`` candidate representations, the ``B`` positives first.
+        candidate_node: int64 ``[C]`` the candidates' nodes (which of them are the same item).
+        log_q: ``[C]`` ``log Q`` of each candidate (:meth:`~hir.models.candidates.CandidateSampler.log_q`).
+        temperature: ``T``.
+        log_prior: ``π``, ``[C]`` or ``[B, C]`` (per row, e.g. the prior as of each row's time);
+            ``None`` for none.
+        weight: ``[B]`` example weights (the funnel weights); ``None`` weighs rows equally.
+    """
+    batch = query.shape[0]
+    logits = F.normalize(query, dim=-1) @ F.normalize(candidates, dim=-1).T / temperature - log_q.to(query.dtype)
+    if log_prior is not None:
+        logits = logits + log_prior.to(query.dtype)
+    target = torch.arange(batch, device=query.device)
+    same_item = candidate_node.unsqueeze(0) == candidate_node[:batch].unsqueeze(1)
+    same_item[target, target] = False
+    losses = F.cross_entropy(logits.masked_fill(same_item, float("-inf")), target, reduction="none")
+    if weight is None:
+        return losses.mean()
+    weight = weight.to(losses.dtype)
+    return (weight * losses).sum() / weight.sum().clamp_min(1e-12)
 
 
 def prob_cross_entropy(targets: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:

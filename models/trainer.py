@@ -28,35 +28,26 @@ from a checkpoint reproduces the uninterrupted run. Under ``torchrun`` the stude
 ``DistributedDataParallel`` (gloo on CPU, nccl on GPU); each rank samples its own anchors and the
 Sinkhorn column sums are reduced over ranks.
 
-Checkpoint folder (written atomically file by file, ``state.json`` last):
-``model.safetensors`` (``student.*``, ``teacher.*``), ``optimizer.safetensors`` (AdamW moments),
-``config.json`` (train, encoder and sampler configs) and ``state.json`` (step, metrics history,
-RNG states, parameter count).
+Checkpoints (:mod:`hir.models.checkpoint`) are written every ``checkpoint_every`` steps and at the
+end; a :class:`Trainer` over a folder holding one resumes it.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
-import json
 import math
-import os
-import random
 import time
-import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from hir.models.encoder import EncoderConfig, HIREncoder, gather_wk
+from hir.models import checkpoint
+from hir.models.encoder import EncoderConfig
 from hir.models.engagement import (
     SECONDS_PER_DAY,
-    EngagementHead,
-    engagement_loss,
     in_batch_permutation,
     popularity_negatives,
     popularity_weights,
@@ -64,7 +55,6 @@ from hir.models.engagement import (
 )
 from hir.models.graph import TemporalGraph
 from hir.models.losses import (
-    Prototypes,
     collapse_metrics,
     hierarchy_loss,
     info_nce,
@@ -72,161 +62,8 @@ from hir.models.losses import (
     soft_cross_entropy,
     standardize,
 )
+from hir.models.model import HIRModel, TrainConfig, WorldKnowledge
 from hir.models.sampler import SamplerConfig, ViewSampler
-from safetensors.torch import load_file, save_file
-
-CHECKPOINT_FILES = ("model.safetensors", "optimizer.safetensors", "config.json", "state.json")
-# Fields that may differ between a checkpoint and a resumed run: they change no number.
-RUNTIME_FIELDS = frozenset({"checkpoint_every", "log_every", "backend"})
-
-
-class CheckpointMismatch(ValueError):
-    """A checkpoint was written with a different configuration than the one requested."""
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Everything that determines a training run (with the encoder and sampler configs)."""
-
-    steps: int = 300  # optimiser steps of a run from scratch
-    batch_size: int = 64  # positive edges per step and process (anchors = 4 × batch_size)
-    lr: float = 5e-3  # peak AdamW learning rate
-    weight_decay: float = 0.04  # AdamW weight decay on matrices (not on norms, biases, prototypes)
-    warmup_steps: int = 20  # linear learning-rate warm-up
-    min_lr_ratio: float = 0.1  # cosine decay floor as a share of ``lr``
-    ema_start: float = 0.9  # teacher momentum m₀ at step 0, rising to ``ema_end``
-    ema_end: float = 1.0
-    coarse: int = 8  # K₁ coarse prototypes
-    fine: int = 48  # K₂ fine prototypes
-    proj_dim: int = 64  # projection width in which prototypes live
-    student_temperature: float = 0.1  # τ of the student's softmax
-    sinkhorn_eps: float = 0.05  # ε of the Sinkhorn-Knopp targets
-    sinkhorn_iters: int = 3
-    standardize_scores: bool = True  # z-score teacher scores per prototype before Sinkhorn-Knopp
-    narrow_views: int = 2  # narrow (student) views per anchor
-    w_proto: float = 1.0  # weight of the prototype cross-entropy
-    w_pair: float = 1.0  # weight of the cross-entity term: u's student predicts v's teacher target
-    w_hier: float = 0.5  # weight of the hierarchy consistency
-    w_eng: float = 1.0  # weight of the engagement loss
-    w_nce: float = 4.0  # weight of the InfoNCE between the student representations of u and v
-    nce_temperature: float = 0.1  # T of that InfoNCE
-    grad_clip: float = 1.0  # max gradient norm
-    checkpoint_every: int = 100  # steps between checkpoints (and one at the end)
-    log_every: int = 10  # steps between metric records
-    seed: int = 0
-    backend: str = "dense"  # attention backend while training: dense (CPU) or flex (GPU)
-    warm_start: str = ""  # checkpoint folder to start from (weights and prototypes), "" for scratch
-    finetune_steps: int = 50  # steps of a warm-started run
-    finetune_lr: float = 2e-3  # peak learning rate of a warm-started run
-
-    @property
-    def total_steps(self) -> int:
-        return self.finetune_steps if self.warm_start else self.steps
-
-
-class HIRModel(nn.Module):
-    """Encoder, projection head, two-level prototypes and engagement head.
-
-    With world knowledge, the representation is ``h = enc(view) + LN(W_c · pooled wk)`` (see
-    :meth:`pooled_content`): content reaches ``h`` directly instead of only through attention.
-
-    Args:
-        encoder_config: the encoder's configuration (its ``dim`` is the representation width).
-        config: the training configuration (prototype counts, projection width).
-        num_edge_types: engagement types known to the engagement head.
-    """
-
-    def __init__(self, encoder_config: EncoderConfig, config: TrainConfig, num_edge_types: int):
-        super().__init__()
-        dim = encoder_config.dim
-        self.encoder = HIREncoder(encoder_config)
-        self.projector = nn.Sequential(nn.Linear(dim, dim), nn.GELU(), nn.Linear(dim, config.proj_dim))
-        self.prototypes = Prototypes(config.proj_dim, config.coarse, config.fine)
-        self.engagement = EngagementHead(dim, num_edge_types, hidden=dim)
-        self.content = nn.Sequential(nn.Linear(encoder_config.wk_dim, dim), nn.LayerNorm(dim)) if encoder_config.wk_dim else None
-
-    def pooled_content(self, view, wk: tuple) -> torch.Tensor:
-        """``LN(W_c · Σ_s a_s wk_s / Σ_s a_s)`` ``[B, dim]``: the view's world knowledge pooled with
-        ``a_s = has_s · (p_s + [hop_s = 0])`` (``p`` the random-walk landing probability), so a node
-        without content (a user) is described by the content of what it engaged with."""
-        vectors, has = wk
-        weight = has.float() * (view.rw_prob.clamp(0, 1) + (view.hop == 0).float())
-        pooled = (weight.unsqueeze(-1) * vectors).sum(1) / weight.sum(1, keepdim=True).clamp_min(1e-6)
-        return self.content(pooled)
-
-    def embed(self, view, wk: tuple | None, backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Representation ``h`` ``[B, dim]`` and prototype scores ``([B, K₁], [B, K₂])`` of a view.
-
-        ``wk`` is ``(vectors [B, S, d], has [B, S])`` from :meth:`WorldKnowledge.per_token` or ``None``.
-        """
-        h = self.encoder(view, wk=wk[0] if wk else None, backend=backend, has_wk=wk[1] if wk else None)
-        if wk is not None and self.content is not None:
-            h = h + self.pooled_content(view, wk)
-        coarse, fine = self.prototypes.scores(self.projector(h))
-        return h, coarse, fine
-
-    def forward(self, views: list, wks: list, backend: str, pairs: dict[str, torch.Tensor]):
-        """Student pass over narrow views and the engagement loss on the first view.
-
-        Args:
-            views, wks: narrow views and their per-token world knowledge (or ``None``).
-            backend: attention backend.
-            pairs: ``u, v, rand, pop`` row indices into the view batch, ``perm`` the in-batch
-                permutation, ``edge_type`` and ``age`` (days) of the positive edges.
-
-        Returns:
-            ``(outputs, engagement loss, positive logits, negative logits)`` where ``outputs`` is
-            one ``(h, coarse scores, fine scores)`` per view.
-        """
-        outputs = [self.embed(view, wk, backend) for view, wk in zip(views, wks)]
-        h = outputs[0][0]
-        v = h[pairs["v"]]
-        loss, pos, neg = engagement_loss(
-            self.engagement, h[pairs["u"]], v, [h[pairs["rand"]], h[pairs["pop"]], v[pairs["perm"]]],
-            pairs["edge_type"], pairs["age"],
-        )
-        return outputs, loss, pos, neg
-
-
-def encoder_config_for(graph: TemporalGraph, dim: int, layers: int, heads: int, wk_dim: int = 0, **extra: Any) -> EncoderConfig:
-    """An encoder config sized for ``graph``: its node and edge types and metadata width.
-
-    Args:
-        graph: the snapshot; ``dim``, ``layers``, ``heads``: model size; ``wk_dim``: world
-            knowledge width (0 for none); ``extra``: any other :class:`EncoderConfig` field.
-    """
-    return EncoderConfig(
-        dim=dim, layers=layers, heads=heads, wk_dim=wk_dim,
-        num_node_types=max(1, len(graph.node_types)), num_edge_types=max(1, len(graph.edge_types)),
-        meta_dim=int(graph.node_features.shape[1]), **extra,
-    )
-
-
-def read_world_knowledge(path: str | Path, entity_id: torch.Tensor) -> torch.Tensor | None:
-    """Per-node world knowledge ``[N, d]`` from ``world_knowledge.parquet`` (zero rows where an
-    entity has none); ``None`` when the file is absent or empty.
-
-    Args:
-        path: the Parquet file (``entity_id``, ``vector`` fixed-size list of float32, …).
-        entity_id: ``[N]`` the snapshot's entity ids, sorted ascending (node order).
-    """
-    import pyarrow.parquet as pq
-
-    path = Path(path)
-    if not path.exists():
-        return None
-    table = pq.read_table(path, columns=["entity_id", "vector"])
-    if table.num_rows == 0:
-        return None
-    ids = torch.from_numpy(table.column("entity_id").to_numpy().astype(np.int64))
-    vectors = table.column("vector").combine_chunks()
-    width = vectors.type.list_size
-    flat = torch.from_numpy(vectors.values.to_numpy(zero_copy_only=False).astype(np.float32)).view(-1, width)
-    out = torch.zeros(entity_id.numel(), width)
-    pos = torch.searchsorted(entity_id, ids).clamp_max(max(entity_id.numel() - 1, 0))
-    found = entity_id[pos] == ids if entity_id.numel() else torch.zeros_like(ids, dtype=torch.bool)
-    out[pos[found]] = flat[found]
-    return out
 
 
 def step_seed(seed: int, step: int, rank: int = 0) -> int:
@@ -260,96 +97,6 @@ def _all_reduce_sum(x: torch.Tensor) -> torch.Tensor:
     x = x.clone()
     dist.all_reduce(x, op=dist.ReduceOp.SUM)
     return x
-
-
-def config_dict(config: TrainConfig, encoder: EncoderConfig, sampler: SamplerConfig) -> dict[str, Any]:
-    """The JSON form of a run's configuration (``config.json``)."""
-    return {"train": asdict(config), "encoder": asdict(encoder), "sampler": asdict(sampler)}
-
-
-def check_config(saved: dict[str, Any], requested: dict[str, Any], where: Path, ignore: frozenset = RUNTIME_FIELDS) -> None:
-    """Raise :class:`CheckpointMismatch` naming every field where ``saved`` and ``requested`` differ."""
-    diffs = []
-    for part in ("train", "encoder", "sampler"):
-        old, new = saved.get(part, {}), requested[part]
-        for key in sorted(set(old) | set(new)):
-            if key in ignore or old.get(key) == new.get(key):
-                continue
-            diffs.append(f"{part}.{key}: checkpoint {old.get(key)!r} != requested {new.get(key)!r}")
-    if diffs:
-        raise CheckpointMismatch(f"checkpoint {where} was written with a different config: " + "; ".join(diffs))
-
-
-def _atomic_save(path: Path, write: Callable[[Path], None]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    _atomic_save(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2, sort_keys=True)))
-
-
-def rng_state() -> dict[str, Any]:
-    """Python, NumPy and torch RNG states as JSON-friendly lists."""
-    np_state = np.random.get_state()
-    return {
-        "python": [list(random.getstate()[1]), random.getstate()[0], random.getstate()[2]],
-        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
-        "torch": torch.get_rng_state().tolist(),
-    }
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what :func:`rng_state` recorded."""
-    internal, version, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
-
-
-def optimizer_tensors(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
-    """AdamW state as flat tensors ``state.<param index>.<name>``."""
-    out = {}
-    for index, state in optimizer.state_dict()["state"].items():
-        for name, value in state.items():
-            out[f"state.{index}.{name}"] = torch.as_tensor(value).detach().cpu().contiguous()
-    return out
-
-
-def load_optimizer_tensors(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], device: torch.device) -> None:
-    """Inverse of :func:`optimizer_tensors` for an optimiser over the same parameters."""
-    state: dict[int, dict[str, torch.Tensor]] = {}
-    for key, value in tensors.items():
-        _, index, name = key.split(".", 2)
-        state.setdefault(int(index), {})[name] = value if name == "step" else value.to(device)
-    current = optimizer.state_dict()
-    optimizer.load_state_dict({"state": state, "param_groups": current["param_groups"]})
-
-
-@dataclass
-class WorldKnowledge:
-    """Per-node world-knowledge vectors ``vectors`` ``[N, d]`` and ``has`` ``[N]`` (True where a node has any)."""
-
-    vectors: torch.Tensor
-    has: torch.Tensor
-
-    @classmethod
-    def of(cls, vectors: torch.Tensor | None) -> "WorldKnowledge | None":
-        """Wrap ``[N, d]`` vectors (all-zero rows mean "none"); ``None`` stays ``None``."""
-        if vectors is None:
-            return None
-        vectors = vectors.float()
-        return cls(vectors, vectors.ne(0).any(dim=1))
-
-    def per_token(self, view) -> tuple[torch.Tensor, torch.Tensor]:
-        """``([B, S, d] vectors, [B, S] has)`` of the view's tokens (see :func:`gather_wk`)."""
-        device = view.node.device
-        return gather_wk(view, self.vectors.to(device), self.has.to(device))
 
 
 @dataclass
@@ -548,23 +295,14 @@ class Trainer:
     # --- checkpoints --------------------------------------------------------------------------
 
     def _config_dict(self) -> dict[str, Any]:
-        return config_dict(self.config, self.encoder_config, self.sampler_config)
+        return checkpoint.config_dict(self.config, self.encoder_config, self.sampler_config)
 
     def save(self) -> Path:
         """Write the checkpoint (rank 0; other ranks wait); ``state.json`` is written last."""
         if self.rank == 0:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            meta = {"step": str(self.step)}
-            weights = {f"student.{k}": v for k, v in self.student.state_dict().items()}
-            weights.update({f"teacher.{k}": v for k, v in self.teacher.state_dict().items()})
-            weights = {k: v.detach().cpu().contiguous() for k, v in weights.items()}
-            _atomic_save(self.out_dir / "model.safetensors", lambda p: save_file(weights, str(p), metadata=meta))
-            opt = optimizer_tensors(self.optimizer)
-            _atomic_save(self.out_dir / "optimizer.safetensors", lambda p: save_file(opt, str(p), metadata=meta))
-            _write_json(self.out_dir / "config.json", self._config_dict())
-            _write_json(self.out_dir / "state.json", {
+            checkpoint.save(self.out_dir, self.student, self.teacher, self.optimizer, self._config_dict(), {
                 "step": self.step, "total_steps": self.config.total_steps, "metrics": self.metrics,
-                "rng": rng_state(), "parameters": self.parameter_count(),
+                "parameters": self.parameter_count(),
                 "warm_started_from": self.warm_started_from, "world_size": self.world,
             })
         if self.world > 1:
@@ -572,240 +310,15 @@ class Trainer:
         return self.out_dir
 
     def _resume(self) -> bool:
-        if not (self.out_dir / "state.json").exists():
+        state = checkpoint.resume(self.out_dir, self.student, self.teacher, self.optimizer, self._config_dict(), self.device)
+        if state is None:
             return False
-        saved = json.loads((self.out_dir / "config.json").read_text())
-        check_config(saved, self._config_dict(), self.out_dir)
-        state = json.loads((self.out_dir / "state.json").read_text())
-        weights = _load_checked(self.out_dir / "model.safetensors", state["step"])
-        self.student.load_state_dict(_prefixed(weights, "student."))
-        self.teacher.load_state_dict(_prefixed(weights, "teacher."))
-        load_optimizer_tensors(self.optimizer, _load_checked(self.out_dir / "optimizer.safetensors", state["step"]), self.device)
         self.step, self.metrics = int(state["step"]), list(state["metrics"])
         self.warm_started_from = state.get("warm_started_from", "")
-        set_rng_state(state["rng"])
         return True
 
     def _warm_start(self, folder: Path) -> None:
-        """Start from another run's weights: encoder, heads and prototypes (hashed id tables carry
-        over, so new entities need no resizing); the optimiser starts afresh."""
-        saved = json.loads((folder / "config.json").read_text())
-        mine = self._config_dict()
-        shape_fields = frozenset(set(saved.get("train", {})) - {"coarse", "fine", "proj_dim"})
-        check_config({"train": saved["train"], "encoder": saved["encoder"], "sampler": mine["sampler"]}, mine, folder, ignore=shape_fields)
-        weights = read_weights(folder / "model.safetensors")
-        self.student.load_state_dict(_prefixed(weights, "student."))
-        self.teacher.load_state_dict(_prefixed(weights, "teacher."))
+        """Start from another run's weights (:func:`hir.models.checkpoint.warm_start`); the
+        optimiser starts afresh."""
+        checkpoint.warm_start(folder, self.student, self.teacher, self._config_dict())
         self.warm_started_from = str(folder)
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file is not what it claims to be (e.g. a pickle in place of safetensors)."""
-
-
-def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
-    """The tensors of the safetensors file ``path``; anything else (a pickle, a torn file) raises
-    :class:`CheckpointError` naming the file. Nothing here unpickles."""
-    from safetensors import SafetensorError
-
-    try:
-        return load_file(str(path))
-    except SafetensorError as exc:
-        raise CheckpointError(f"{path}: not a safetensors checkpoint ({exc}); hir never loads pickles") from None
-
-
-def _prefixed(weights: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
-    return {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
-
-
-def _load_checked(path: Path, step: int) -> dict[str, torch.Tensor]:
-    """Load a safetensors file and check it belongs to the checkpoint of ``step``."""
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), framework="pt") as fh:
-            written = int((fh.metadata() or {}).get("step", -1))
-    except SafetensorError as exc:
-        raise CheckpointError(f"{path}: not a safetensors checkpoint ({exc}); hir never loads pickles") from None
-    if written != int(step):
-        raise CheckpointMismatch(f"{path} holds step {written} but state.json says step {step}; the checkpoint is torn")
-    return read_weights(path)
-
-
-def read_configs(folder: str | Path) -> tuple[TrainConfig, EncoderConfig, SamplerConfig]:
-    """The three configs of a checkpoint folder."""
-    saved = json.loads((Path(folder) / "config.json").read_text())
-    return _from_dict(TrainConfig, saved["train"]), _from_dict(EncoderConfig, saved["encoder"]), _from_dict(SamplerConfig, saved["sampler"])
-
-
-def _from_dict(cls, values: dict[str, Any]):
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in values.items() if k in names})
-
-
-def load_model(folder: str | Path, num_edge_types: int, device: str | torch.device = "cpu", which: str = "student") -> HIRModel:
-    """The ``student`` (default) or ``teacher`` model of a checkpoint folder, in eval mode.
-
-    Inference uses the student: its engagement head and prototype predictions were fitted on
-    exactly its representations, and in runs of a few hundred steps the EMA teacher lags it.
-    """
-    config, encoder_config, _ = read_configs(folder)
-    model = HIRModel(encoder_config, config, num_edge_types)
-    model.load_state_dict(_prefixed(read_weights(Path(folder) / "model.safetensors"), f"{which}."))
-    return model.to(device).eval()
-
-
-@dataclass
-class Embeddings:
-    """Inference output: ``embedding`` ``[N, dim]`` float32, ``coarse``/``fine`` ``[N]`` int64."""
-
-    embedding: torch.Tensor
-    coarse: torch.Tensor
-    fine: torch.Tensor
-
-
-def embed_all(
-    graph: TemporalGraph,
-    model: HIRModel,
-    sampler_config: SamplerConfig,
-    wk: torch.Tensor | None = None,
-    batch_size: int = 256,
-    backend: str = "flex",
-    device: str | torch.device = "cpu",
-    seed: int = 0,
-    progress: Callable[[int, int], None] | None = None,
-    standardize_scores: bool = True,
-    view: str = "narrow",
-) -> Embeddings:
-    """Embed every node from one view (without edge dropout), with nested coarse and fine prototypes.
-
-    Args:
-        graph: the snapshot whose nodes are embedded (cold-start nodes included: their hashed ids
-            and features still give a representation).
-        model: a trained model (usually :func:`load_model`'s student).
-        sampler_config: the views' configuration (the training run's).
-        wk: per-node world knowledge ``[N, d]`` or ``None``.
-        batch_size: anchors per forward pass.
-        backend: attention backend (``flex`` everywhere for inference).
-        device: torch device.
-        seed: seed of the view sampler, so inference is reproducible.
-        progress: called with ``(done, total)`` after each batch.
-        standardize_scores: z-score the prototype scores per prototype over all nodes before the
-            nested argmax, as the training targets were (see :func:`~hir.models.losses.standardize`).
-        view: ``narrow`` (default: the views the student was trained on) or ``broad``.
-    """
-    sampler = ViewSampler(graph, dataclasses.replace(sampler_config, edge_dropout=0.0, broad_edge_dropout=0.0))
-    sample = sampler.narrow if view == "narrow" else sampler.broad
-    knowledge = WorldKnowledge.of(wk)
-    gen = torch.Generator().manual_seed(seed)
-    n = graph.num_nodes
-    out_h, out_c, out_f = [], [], []
-    model = model.to(device).eval()
-    with torch.no_grad():
-        for start in range(0, n, batch_size):
-            anchors = torch.arange(start, min(n, start + batch_size))
-            view = sample(anchors, gen).to(device)
-            h, coarse, fine = model.embed(view, knowledge.per_token(view) if knowledge else None, backend)
-            out_h.append(h.float().cpu())
-            out_c.append(coarse.float().cpu())
-            out_f.append(fine.float().cpu())
-            if progress:
-                progress(int(anchors[-1]) + 1, n)
-        coarse, fine = torch.cat(out_c), torch.cat(out_f)
-        if standardize_scores:
-            coarse, fine = standardize(coarse), standardize(fine)
-        coarse_id, fine_id = model.prototypes.assign_scores(coarse.to(device), fine.to(device))
-    return Embeddings(torch.cat(out_h), coarse_id.cpu(), fine_id.cpu())
-
-
-
-def flex_self_check(
-    graph: TemporalGraph,
-    model: HIRModel,
-    sampler_config: SamplerConfig,
-    wk: torch.Tensor | None = None,
-    batch_size: int = 256,
-    device: str | torch.device = "cpu",
-    repeats: int = 3,
-    seed: int = 0,
-) -> float:
-    """The largest ``|h_flex − h_dense|`` over the batches :func:`embed_all` runs first and last.
-
-    Both batches are sampled as inference samples them (padding included, the short last batch
-    included), and flex runs ``repeats`` times on each, since a faulty compiled kernel can change
-    its answer from call to call. Non-finite flex output counts as an infinite difference.
-    """
-    sampler = ViewSampler(graph, dataclasses.replace(sampler_config, edge_dropout=0.0, broad_edge_dropout=0.0))
-    knowledge = WorldKnowledge.of(wk)
-    n = graph.num_nodes
-    starts = sorted({0, (max(n - 1, 0) // batch_size) * batch_size})
-    worst = 0.0
-    model = model.to(device).eval()
-    with torch.no_grad():
-        for start in starts:
-            anchors = torch.arange(start, min(n, start + batch_size))
-            view = sampler.narrow(anchors, torch.Generator().manual_seed(seed)).to(device)
-            per_token = knowledge.per_token(view) if knowledge else None
-            dense = model.embed(view, per_token, "dense")[0]
-            for _ in range(repeats):
-                flex = model.embed(view, per_token, "flex")[0]
-                diff = (flex - dense).abs().max().item() if torch.isfinite(flex).all() else math.inf
-                worst = max(worst, diff)
-    return worst
-
-def kmeans(x: torch.Tensor, k: int, iters: int = 25, seed: int = 0) -> torch.Tensor:
-    """Spherical k-means of the rows of ``x`` ``[N, d]``: labels ``[N]`` int64 in ``[0, k)``.
-
-    Rows are L2-normalised; centres start at ``k`` k-means++ picks and alternate
-    ``label_i = argmax_j ⟨x_i, c_j⟩`` and ``c_j = normalise(Σ_{label_i = j} x_i)`` (an emptied
-    centre is re-seeded at the row worst served by its centre). Deterministic for ``seed``.
-    """
-    n = x.shape[0]
-    if n <= k:
-        return torch.arange(n, dtype=torch.int64)
-    x = nn.functional.normalize(x.float(), dim=1)
-    gen = torch.Generator().manual_seed(seed)
-    centres = x[torch.randint(n, (1,), generator=gen)]
-    for _ in range(1, k):
-        gap = (1 - (x @ centres.T).max(dim=1).values).clamp_min(0) ** 2
-        centres = torch.cat([centres, x[torch.multinomial(gap + 1e-12, 1, generator=gen)]])
-    for _ in range(iters):
-        sim = x @ centres.T
-        labels = sim.argmax(dim=1)
-        sums = torch.zeros_like(centres).index_add_(0, labels, x)
-        empty = torch.bincount(labels, minlength=k) == 0
-        if empty.any():
-            worst = sim.max(dim=1).values.argsort()[: int(empty.sum())]
-            sums[empty] = x[worst]
-        centres = nn.functional.normalize(sums, dim=1)
-    return (x @ centres.T).argmax(dim=1)
-
-
-def nested_clusters(embedding: torch.Tensor, node_type: torch.Tensor, coarse: int, fine: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two-level interest clusters of embeddings, free of the node-type offset.
-
-    Each node type's mean is subtracted from its normalised embeddings (so clusters follow content,
-    not type); spherical :func:`kmeans` gives ``coarse`` clusters, then inside coarse cluster ``c``
-    a k-means into ``fine // coarse`` clusters gives fine label ``c · (fine // coarse) + j``, so every
-    fine cluster nests in exactly one coarse cluster.
-
-    Args:
-        embedding: ``[N, d]`` representations; ``node_type``: ``[N]`` int64 type ids.
-        coarse: ``K₁``; ``fine``: ``K₂`` (``K₂ // K₁`` children per coarse cluster, at least 1).
-        seed: k-means seed.
-
-    Returns:
-        ``(coarse [N], fine [N])`` int64 labels.
-    """
-    x = nn.functional.normalize(embedding.float(), dim=1)
-    for t in node_type.unique():
-        rows = node_type == t
-        x[rows] = x[rows] - x[rows].mean(dim=0)
-    top = kmeans(x, coarse, seed=seed)
-    per = max(1, fine // max(1, coarse))
-    low = torch.zeros_like(top)
-    for c in range(coarse):
-        rows = (top == c).nonzero().squeeze(1)
-        if rows.numel():
-            low[rows] = kmeans(x[rows], per, seed=seed + 1 + c)
-    return top, top * per + low

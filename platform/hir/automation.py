@@ -19,7 +19,7 @@ from pathlib import Path
 import dagster as dg
 
 from hir.graph.sources import SOURCE_MODULES
-from hir.settings import Settings
+from hir.resources import SettingsResource
 
 # Ingest is driven by the schedule and the sensor; everything after it follows its parents.
 FOLLOWING = dg.AutomationCondition.eager()
@@ -76,8 +76,8 @@ def inbox_files(inbox: Path, default_kind: str) -> list[tuple[str, Path]]:
     minimum_interval_seconds=30,
     description="Ingest event files dropped into <data home>/inbox/ (once per distinct file content).",
 )
-def inbox_sensor(context: dg.SensorEvaluationContext):
-    settings = Settings.from_env()
+def inbox_sensor(context: dg.SensorEvaluationContext, hir_settings: SettingsResource):
+    settings = hir_settings.get()
     seen: list[str] = json.loads(context.cursor) if context.cursor else []
     known = set(seen)
     requests = []

@@ -7,14 +7,34 @@ heavy libraries are imported inside methods so the code location loads fast.
 from __future__ import annotations
 
 import contextlib
+import functools
 from pathlib import Path
 from typing import Iterator
 
 import dagster as dg
 
 from hir.settings import Settings
-from hir.storage import atomic_dir
+from hir.storage import Artifacts, atomic_dir
 from hir.world_knowledge.embedders import ImageEmbedder, TextEmbedder
+
+
+class SettingsResource(dg.ConfigurableResource):
+    """The platform settings (:class:`~hir.settings.Settings`) as the ``hir_settings`` resource.
+
+    ``values`` holds ``HIR_*`` values, e.g. ``{"HIR_TRAIN_STEPS": "500"}``; a setting not named takes
+    its default. :func:`build_resources` fills it from the settings the process started with, so
+    the UI's resource page shows what a run uses and the launchpad can override any of it.
+    """
+
+    values: dict[str, str] = {}  # not "env": Dagster reads a lone {"env": …} as an environment variable
+
+    def get(self) -> Settings:
+        return _parsed(tuple(sorted(self.values.items())))
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(items: tuple[tuple[str, str], ...]) -> Settings:
+    return Settings.from_mapping(dict(items))
 
 
 class Warehouse(dg.ConfigurableResource):
@@ -32,13 +52,21 @@ class Warehouse(dg.ConfigurableResource):
 
 
 class ArtifactStore(dg.ConfigurableResource):
-    """Files under ``<data home>/artifacts/<asset>/<partition>/``, each partition written atomically."""
+    """Files under ``<data home>/artifacts/<asset>/<partition>/``, each partition written atomically.
+
+    Where each artefact lives is :class:`~hir.storage.Artifacts`' (``catalogue``); this resource
+    adds the atomic partition writes a Dagster step needs.
+    """
 
     root: str
 
+    @property
+    def catalogue(self) -> Artifacts:
+        return Artifacts(self.root)
+
     def path(self, asset: str, partition: str | None = None) -> Path:
-        base = Path(self.root) / asset
-        return base / partition if partition else base / "_all"
+        """The folder of one partition of ``asset`` (see :meth:`~hir.storage.Artifacts.folder`)."""
+        return self.catalogue.folder(asset, partition)
 
     @contextlib.contextmanager
     def write_partition(self, asset: str, partition: str | None = None) -> Iterator[Path]:
@@ -48,10 +76,7 @@ class ArtifactStore(dg.ConfigurableResource):
 
     def partitions(self, asset: str) -> list[str]:
         """Partitions of ``asset`` written so far, oldest first."""
-        base = Path(self.root) / asset
-        if not base.exists():
-            return []
-        return sorted(p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+        return self.catalogue.partitions(asset)
 
 
 class TorchRuntime(dg.ConfigurableResource):
@@ -73,6 +98,7 @@ def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
     from hir.serving.feast_store import FeastStore
 
     return {
+        "hir_settings": SettingsResource(values=settings.as_env()),
         "feast": FeastStore.from_settings(settings),
         "warehouse": Warehouse(path=str(settings.warehouse_path), threads=settings.threads),
         "artifacts": ArtifactStore(root=str(settings.artifacts_dir)),

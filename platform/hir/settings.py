@@ -1,7 +1,10 @@
 """One settings object for the whole platform: ``HIR_*`` environment variables over defaults.
 
 Every other module reads its knobs from :class:`Settings`; nothing else looks at the
-environment. ``Settings.from_env()`` is cheap and pure, so assets and resources call it freely.
+environment. ``Settings.from_env()`` is called once where a process starts (the command line, the
+Dagster code location, the Feast repository, the ``torchrun`` entry point); from there the settings
+travel as a value: assets receive them through the ``hir_settings`` resource
+(:class:`hir.resources.SettingsResource`, whose ``values`` are :meth:`Settings.as_env`).
 """
 
 from __future__ import annotations
@@ -103,7 +106,7 @@ class Settings:
     image_batch_size: int = 64
     embed_device: str = "cpu"
 
-    # Self-supervised training (hir_encoder) and inference (entity_embeddings); see hir.models.trainer.
+    # Self-supervised training (hir_encoder) and inference (entity_embeddings); see hir.models.trainer and hir.models.inference.
     train_steps: int = 150  # optimiser steps of a run from scratch
     train_batch: int = 32  # positive edges per step (anchors = 4 x batch)
     train_dim: int = 64  # encoder width
@@ -151,18 +154,44 @@ class Settings:
     ui_port: int = 3000
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
-        """Build settings from ``HIR_*`` variables in ``env`` (default ``os.environ``), then ``overrides``."""
-        env = os.environ if env is None else env
+    def from_env(cls, **overrides: Any) -> "Settings":
+        """The process's settings: its ``HIR_*`` environment variables, then ``overrides``."""
+        return cls.from_mapping(os.environ, **overrides)
+
+    @classmethod
+    def from_mapping(cls, env: Mapping[str, str], **overrides: Any) -> "Settings":
+        """Settings from ``HIR_*`` values in ``env`` (others take their defaults), then ``overrides``."""
         values: dict[str, Any] = {}
         for f in fields(cls):
             name = "HIR_" + f.name.upper()
-            if name not in env:
-                continue
-            values[f.name] = _convert(name, env[name], f)
+            if name in env:
+                values[f.name] = _convert(name, env[name], f)
         values.update(overrides)
-        settings = cls(**values)
-        return dataclasses.replace(settings, data_home=Path(settings.data_home).expanduser().resolve())
+        if "half_life_days" in overrides:  # as from the environment: given types over the defaults
+            values["half_life_days"] = {**DEFAULT_HALF_LIVES, **overrides["half_life_days"]}
+        return cls(**values).replace()
+
+    def replace(self, **changes: Any) -> "Settings":
+        """A copy with ``changes``; the data home is resolved to an absolute path."""
+        changed = dataclasses.replace(self, **changes)
+        return dataclasses.replace(changed, data_home=Path(changed.data_home).expanduser().resolve())
+
+    def as_env(self) -> dict[str, str]:
+        """The ``HIR_*`` values that rebuild these settings with :meth:`from_mapping` (defaults left out)."""
+        defaults = Settings()
+        env = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name != "data_home" and value == getattr(defaults, f.name):
+                continue
+            if isinstance(value, bool):
+                text = "1" if value else "0"
+            elif isinstance(value, Mapping):
+                text = ",".join(f"{k}={v!r}" for k, v in sorted(value.items()))
+            else:
+                text = str(value)
+            env["HIR_" + f.name.upper()] = text
+        return env
 
     @property
     def warehouse_path(self) -> Path:

@@ -1,8 +1,9 @@
-"""Atomic writes: every artefact is written to a temporary name beside its target, then renamed.
+"""Where artefacts live (:class:`Artifacts`) and how they are written: atomically.
 
-A reader never sees a half-written file, and a process killed mid-write leaves the previous
-version in place. Partition folders are replaced whole: the new folder is built aside and swapped
-in, so re-materialising a partition replaces exactly that partition's files.
+Every artefact is written to a temporary name beside its target, then renamed. A reader never
+sees a half-written file, and a process killed mid-write leaves the previous version in place.
+Partition folders are replaced whole: the new folder is built aside and swapped in, so
+re-materialising a partition replaces exactly that partition's files.
 """
 
 from __future__ import annotations
@@ -19,6 +20,105 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hir.errors import StorageError
+
+UNPARTITIONED = "_all"  # the partition folder of an asset without partitions (world_knowledge)
+
+# The files of an asset's partition folder that other modules read. A writer builds the folder
+# aside (``ArtifactStore.write_partition``) and names its files with these; a reader asks
+# :class:`Artifacts` for the finished path.
+WORLD_KNOWLEDGE_FILE = "world_knowledge.parquet"
+META_FILE = "meta.json"  # world_knowledge, graph_snapshot and eval_windows
+SNAPSHOT_NODES_FILE = "nodes.parquet"
+SNAPSHOT_EDGES_FILE = "edges.parquet"
+WINDOWS_FILE = "windows.parquet"
+EMBEDDINGS_FILE = "embeddings.parquet"
+CODES_FILE = "codes.parquet"
+QUANTIZER_REPORT_FILE = "report.json"
+TOKENS_FILE = "tokens.parquet"
+POSTINGS_FILE = "postings.parquet"
+DESCRIPTIONS_FILE = "descriptions.parquet"
+DESCRIPTIONS_PREVIEW_FILE = "descriptions.md"
+FEATURE_TABLE_FILE = "{entity_type}.parquet"  # one per entity type in a feature_tables partition
+RESULTS_FILE = "results.json"  # baselines, retrieval_eval, ranker_eval and token_quality
+
+
+class Artifacts:
+    """The catalogue of artefact paths: ``<root>/<asset>/<partition>/<file>``, nowhere else spelled out.
+
+    ``root`` is the data home's ``artifacts`` folder. The layout is what data homes already hold,
+    so changing a name here moves existing data out of reach. Paths are returned whether or not
+    the file exists yet.
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def folder(self, asset: str, partition: str | None = None) -> Path:
+        """The folder of one partition of ``asset`` (``_all`` when the asset has no partitions)."""
+        return self.root / asset / (partition or UNPARTITIONED)
+
+    def partitions(self, asset: str) -> list[str]:
+        """Partitions of ``asset`` written so far, oldest first (scratch and ``_all`` folders left out)."""
+        base = self.root / asset
+        if not base.exists():
+            return []
+        return sorted(p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+
+    def latest(self, asset: str) -> str | None:
+        """The newest written partition of ``asset``, or None."""
+        written = self.partitions(asset)
+        return written[-1] if written else None
+
+    def world_knowledge(self) -> Path:
+        return self.folder("world_knowledge") / WORLD_KNOWLEDGE_FILE
+
+    def snapshot_dir(self, partition: str) -> Path:
+        return self.folder("graph_snapshot", partition)
+
+    def windows_dir(self, partition: str) -> Path:
+        return self.folder("eval_windows", partition)
+
+    def encoder_dir(self, partition: str) -> Path:
+        """The published checkpoint of ``partition``'s encoder (files named by ``hir.models.checkpoint``)."""
+        return self.folder("hir_encoder", partition)
+
+    def encoder_work_dir(self, partition: str) -> Path:
+        """Where ``partition``'s training run checkpoints and resumes before the asset publishes it."""
+        return self.folder("hir_encoder", f".work-{partition}")
+
+    def embeddings(self, partition: str) -> Path:
+        return self.folder("entity_embeddings", partition) / EMBEDDINGS_FILE
+
+    def quantizer_dir(self, partition: str) -> Path:
+        return self.folder("bom_quantizer", partition)
+
+    def codes(self, partition: str) -> Path:
+        return self.quantizer_dir(partition) / CODES_FILE
+
+    def tokens(self, partition: str) -> Path:
+        return self.folder("bom_tokens", partition) / TOKENS_FILE
+
+    def postings(self, partition: str) -> Path:
+        return self.folder("bom_index", partition) / POSTINGS_FILE
+
+    def descriptions(self, partition: str) -> Path:
+        return self.folder("token_descriptions", partition) / DESCRIPTIONS_FILE
+
+    def feature_table(self, partition: str, entity_type: str) -> Path:
+        return self.folder("feature_tables", partition) / FEATURE_TABLE_FILE.format(entity_type=entity_type)
+
+    def feature_table_glob(self, entity_type: str) -> str:
+        """Every partition's table of ``entity_type`` as one glob (a Feast file source), no scratch folders."""
+        return str(self.feature_table("[0-9]*", entity_type))
+
+    def feature_table_types(self, partition: str | None = None) -> list[str]:
+        """Entity types with a feature table in ``partition`` (or in any partition), sorted."""
+        folders = [self.folder("feature_tables", p) for p in ([partition] if partition else self.partitions("feature_tables"))]
+        return sorted({f.stem for d in folders if d.is_dir() for f in d.glob(FEATURE_TABLE_FILE.format(entity_type="*"))})
+
+    def results(self, asset: str, partition: str) -> Path:
+        """The ``results.json`` of an evaluation asset (``baselines``, ``retrieval_eval``, …)."""
+        return self.folder(asset, partition) / RESULTS_FILE
 
 
 def _tmp_sibling(path: Path) -> Path:

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 from hir.assets.serving import feast_online, feast_registry, feature_tables
 from hir.cli.bench.feast import write_fake_upstream
 from hir.resources import build_resources
-from hir.serving.feast_store import FeastStore, table_path
-from hir.storage import write_parquet
+from hir.serving.feast_store import FeastStore
+from hir.storage import Artifacts, write_parquet
 
 P1, P2, P3 = "2026-01-05", "2026-01-06", "2026-01-07"
 COUNTS = {"user": 5, "product": 3}
@@ -38,7 +38,7 @@ def test_partitions_materialise_in_any_order_and_keep_the_newest(settings):
     assert first.success
     assert _check_results(first) == {"finite_vectors": True, "embedding_dim": True, "one_row_per_entity": True,
                                      "online_matches_tables": True}
-    tokens = pq.read_table(table_path(settings.artifacts_dir, P1, "product")).column("bom_tokens").to_pylist()
+    tokens = pq.read_table(Artifacts(settings.artifacts_dir).feature_table(P1, "product")).column("bom_tokens").to_pylist()
     assert all(len(t) == 3 for t in tokens)
     assert _run(settings, P2).success
     again = _run(settings, P1)

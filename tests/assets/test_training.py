@@ -80,21 +80,22 @@ def test_encoder_then_embeddings_then_warm_start(home):
 
 @pytest.mark.slow
 def test_entity_embeddings_fall_back_to_dense_when_flex_disagrees(home, monkeypatch):
-    import hir.models.trainer as trainer
+    import hir.models.inference as inference
     import numpy as np
     import torch
     from hir.assets.training import entity_embeddings, hir_encoder
+    from hir.models.checkpoint import load_model, read_configs
     from hir.models.graph import load_snapshot
 
     _materialize(hir_encoder, DAY1, home)
-    monkeypatch.setattr(trainer, "flex_self_check", lambda *args, **kwargs: float("inf"))
+    monkeypatch.setattr(inference, "flex_self_check", lambda *args, **kwargs: float("inf"))
     meta = _materialize(entity_embeddings, DAY1, home)
     assert meta["attention_backend"].value == "dense"
     assert meta["flex_dense_max_abs_diff"].value == float("inf")
     folder = home.artifacts_dir / "hir_encoder" / DAY1
     graph = load_snapshot(home.artifacts_dir / "graph_snapshot" / DAY1)
-    model = trainer.load_model(folder, max(1, len(graph.edge_types)))
-    dense = trainer.embed_all(graph, model, trainer.read_configs(folder)[2], batch_size=64, backend="dense").embedding
+    model = load_model(folder, max(1, len(graph.edge_types)))
+    dense = inference.embed_all(graph, model, read_configs(folder)[2], batch_size=64, backend="dense").embedding
     written = pq.read_table(home.artifacts_dir / "entity_embeddings" / DAY1 / "embeddings.parquet").column("embedding")
     assert np.allclose(np.stack(written.to_numpy(zero_copy_only=False)), dense.numpy(), atol=1e-6)
     assert torch.isfinite(dense).all()

@@ -176,7 +176,7 @@ def test_model_change_re_embeds_everything_and_missing_weights_fall_back_to_text
 def test_content_without_text_or_image_gives_empty_world_knowledge_and_says_why(settings, tmp_path):
     import torch
     from hir.assets.world_knowledge import EMPTY_REASON
-    from hir.models.trainer import read_world_knowledge as read_for_training
+    from hir.world_knowledge.vectors import read_world_knowledge as read_for_training
 
     config, weights, _ = write_tiny_clip(tmp_path / "clip")
     upsert_content(settings, [(1, None, None), (2, "", "")])  # an event log's entities: no catalogue

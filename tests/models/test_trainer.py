@@ -1,25 +1,20 @@
-"""The trainer on a small planted graph: learning, no collapse, engagement, checkpoints, DDP, warm start."""
+"""The trainer on a small planted graph: learning, no collapse, engagement, checkpoints and resume, warm
+start, interest clusters learnt from the graph."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
+from hir.models.checkpoint import CheckpointMismatch, load_model
+from hir.models.clustering import nested_clusters
 from hir.models.encoder import EncoderConfig
 from hir.models.engagement import auc
+from hir.models.inference import embed_all
 from hir.models.losses import usage_entropy
-from hir.models.planted import planted_events, snapshot_at, split_edges, write_snapshot
+from hir.models.model import TrainConfig, encoder_config_for
+from hir.models.planted import planted_events, snapshot_at, split_edges
 from hir.models.sampler import SamplerConfig
-from hir.models.trainer import (
-    CheckpointMismatch,
-    TrainConfig,
-    Trainer,
-    embed_all,
-    encoder_config_for,
-    load_model,
-)
+from hir.models.trainer import Trainer
 from safetensors.torch import load_file
 
 SAMPLER = SamplerConfig(broad_tokens=24, broad_walkers=12, broad_steps=6, narrow_tokens=8, narrow_walkers=8, narrow_steps=3)
@@ -139,33 +134,10 @@ def test_warm_start_carries_weights_to_a_grown_graph(tmp_path):
         Trainer(new, config, bigger, SAMPLER, tmp_path / "day2b")
 
 
-@pytest.mark.slow
-def test_torchrun_two_processes_end_with_equal_weights(tmp_path):
-    events = planted_events(users=80, items=60, events_per_user=6)
-    snapshot = write_snapshot(events, float(events.ts.max()) + 1, tmp_path / "snapshot")
-    out = tmp_path / "ddp"
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "hir.models.train_ddp",
-        "--snapshot", str(snapshot), "--out", str(out), "--steps", "3", "--batch", "8", "--dim", "16", "--layers", "1",
-        "--heads", "2", "--coarse", "4", "--fine", "8", "--broad-tokens", "16", "--narrow-tokens", "6", "--log-every", "1",
-        "--rank-weights",
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert '"world_size": 2' in done.stdout
-    r0, r1 = load_file(str(out / "rank0.safetensors")), load_file(str(out / "rank1.safetensors"))
-    assert r0.keys() == r1.keys()
-    for key in r0:
-        assert torch.allclose(r0[key], r1[key], atol=1e-6), key
-    assert json.loads((out / "state.json").read_text())["world_size"] == 2
-
-
 def test_interest_clusters_come_from_the_graph_not_only_the_noisy_item_content(planted, tmp_path):
     """Items carry content that names their planted fine interest for only 30% of them (the rest
     name a random one), users none. Clustering that content alone barely finds the planted coarse
     interests; after training on the graph with it, the clusters of items and of users do."""
-    from hir.models.trainer import nested_clusters
     from sklearn.metrics import normalized_mutual_info_score as nmi
 
     events, graph, entity = planted
@@ -186,17 +158,3 @@ def test_interest_clusters_come_from_the_graph_not_only_the_noisy_item_content(p
     assert nmi(truth[items], coarse[items].numpy()) > content_nmi + 0.3
     assert nmi(truth[~items], coarse[~items].numpy()) > 0.45  # users have no content: only the graph
     assert nmi(truth, coarse.numpy()) > 0.45
-
-
-def test_nested_clusters_ignore_a_type_offset_and_nest():
-    from hir.models.trainer import nested_clusters
-    from sklearn.metrics import normalized_mutual_info_score
-
-    gen = torch.Generator().manual_seed(0)
-    labels = torch.arange(400) % 4
-    types = (torch.arange(400) // 200) % 2
-    centres = torch.nn.functional.normalize(torch.randn(4, 16, generator=gen), dim=1)
-    x = centres[labels] + 0.1 * torch.randn(400, 16, generator=gen) + 3.0 * types[:, None] * torch.ones(16)
-    coarse, fine = nested_clusters(x, types, 4, 8)
-    assert normalized_mutual_info_score(labels.numpy(), coarse.numpy()) > 0.9
-    assert torch.equal(fine // 2, coarse)

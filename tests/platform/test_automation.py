@@ -18,8 +18,10 @@ def test_schedule_targets_the_day_that_just_closed(settings):
 
 
 def _evaluate_sensor(defs, instance, cursor):
+    """One tick, with the definitions' resources as the daemon gives them."""
     sensor = defs.get_sensor_def("inbox_sensor")
-    ctx = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs)
+    resources = {key: defs.resources[key] for key in sensor.required_resource_keys}
+    ctx = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs, resources=resources)
     result = sensor.evaluate_tick(ctx)
     return result.run_requests or [], result.cursor
 

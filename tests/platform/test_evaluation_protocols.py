@@ -1,5 +1,5 @@
 """The evaluation protocols: exact leave-last-two-out split, the temporal split with its cold-start
-slice, key-aligned embedding scorers, and a small end-to-end ``hir eval amazon_seq`` run."""
+slice, fitting and scoring on a split, and a small end-to-end ``hir eval amazon_seq`` run."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 import torch
 from hir.errors import SourceError
-from hir.evaluation.protocols import protocols as evaluation
-from hir.models.baselines import PopularityScorer, RandomScorer, Scorer
+from hir.evaluation import protocols
+from hir.models.baselines.base import RandomScorer, Scorer
+from hir.models.baselines.popularity import PopularityScorer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def test_leave_last_out_is_exactly_last_two():
     users = ["u1", "u2", "u3"]
     seqs = [["10", "11", "12", "13"], ["11", "12", "14"], ["13", "10"]]
-    split = evaluation.leave_last_out(users, seqs)
+    split = protocols.leave_last_out(users, seqs)
     keys = list(split.item_keys)
     idx = lambda items: [keys.index(i) for i in items]  # noqa: E731
     train_seqs = split.train.sequences()
@@ -44,16 +45,16 @@ def test_sequence_file_errors_name_file_and_line(tmp_path):
     path = tmp_path / "Bad.txt"
     path.write_text("1 5 6\n2\n")
     with pytest.raises(SourceError, match=r"Bad.txt:2: user '2' has no items"):
-        evaluation.read_sequence_file(path)
+        protocols.amazon_split(path)
     with pytest.raises(SourceError, match="not found"):
-        evaluation.amazon_split(tmp_path / "missing.txt")
+        protocols.amazon_split(tmp_path / "missing.txt")
 
 
 def test_amazon_item_text_from_datamaps(tmp_path):
     (tmp_path / "Tiny.txt").write_text("1 1 2 3\n2 2 3 1\n")
     (tmp_path / "tiny_datamaps.json").write_text(json.dumps({"item2id": {"A1": "1", "A2": "2", "A3": "3"}}))
     (tmp_path / "tiny_item_textual_ids.txt").write_text("A1 red lipstick\nA3 blue shampoo\n")
-    split = evaluation.amazon_split(tmp_path)
+    split = protocols.amazon_split(tmp_path)
     assert split.info["dataset"] == "tiny"
     assert split.item_text == ["red lipstick", None, "blue shampoo"]
 
@@ -77,9 +78,9 @@ def frames():
 
 def test_temporal_split_windows_targets_and_cold_start():
     events, entities, content = frames()
-    target = evaluation.TemporalTarget(frozenset({"buy"}))
+    target = protocols.TemporalTarget(frozenset({"buy"}))
     cutoff = pd.Timestamp("2024-01-06", tz="UTC").timestamp()
-    split = evaluation.temporal_split(events, entities, content, target, cutoff=cutoff)
+    split = protocols.temporal_split(events, entities, content, target, cutoff=cutoff)
     keys = list(split.item_keys)
     assert keys == ["p1", "p2", "p3", "p4", "p5"]  # every product is a candidate, p5 never seen
     assert (split.test.history.times < cutoff).all() and len(split.test.history) == 5
@@ -98,8 +99,8 @@ def test_temporal_split_min_value_and_masking():
     events, entities, content = frames()
     events["event_type"], events["value"] = "rating", 5.0
     events.loc[events["dst_key"] == "p4", "value"] = 2.0
-    target = evaluation.TemporalTarget(frozenset({"rating"}), min_value=4.0, mask_seen=True)
-    split = evaluation.temporal_split(events, entities, content, target, cutoff=pd.Timestamp("2024-01-06", tz="UTC").timestamp())
+    target = protocols.TemporalTarget(frozenset({"rating"}), min_value=4.0, mask_seen=True)
+    split = protocols.temporal_split(events, entities, content, target, cutoff=pd.Timestamp("2024-01-06", tz="UTC").timestamp())
     users = list(split.user_keys)
     targets = {users[u]: sorted(split.item_keys[t[t >= 0].numpy()]) for u, t in zip(split.test.users, split.test.targets)}
     assert targets == {"a": ["p3"], "b": ["p1"], "c": ["p2"]}  # b's rating 2 of p4 is not a target
@@ -111,18 +112,7 @@ def test_temporal_split_min_value_and_masking():
 def test_no_targets_is_a_clear_error():
     events, entities, content = frames()
     with pytest.raises(SourceError, match="no purchase events"):
-        evaluation.temporal_split(events, entities, content, evaluation.TemporalTarget(frozenset({"purchase"})))
-
-
-def test_embedding_scorer_aligns_by_key():
-    split = evaluation.leave_last_out(["u1", "u2"], [["1", "2", "3"], ["2", "3", "1"]])
-    scorer = evaluation.embedding_scorer(split, ["u2", "zz"], [[1.0, 0.0], [5.0, 5.0]],
-                                         ["3", "1"], [[2.0, 0.0], [0.0, 1.0]], name="hir")
-    scores = scorer.score(np.array([0, 1]), split.test.history)
-    keys = list(split.item_keys)
-    assert scores[0].tolist() == [0.0, 0.0, 0.0]  # u1 has no vector
-    assert scores[1, keys.index("3")].item() == 2.0 and scores[1, keys.index("2")].item() == 0.0
-    assert scorer.name == "hir"
+        protocols.temporal_split(events, entities, content, protocols.TemporalTarget(frozenset({"purchase"})))
 
 
 class OracleScorer(Scorer):
@@ -142,9 +132,9 @@ class OracleScorer(Scorer):
 
 def test_run_scorers_oracle_is_perfect_and_popularity_matches_a_hand_count():
     events, entities, content = frames()
-    split = evaluation.temporal_split(events, entities, content, evaluation.TemporalTarget(frozenset({"buy"})),
+    split = protocols.temporal_split(events, entities, content, protocols.TemporalTarget(frozenset({"buy"})),
                                       cutoff=pd.Timestamp("2024-01-06", tz="UTC").timestamp())
-    results = evaluation.run_scorers(split, {"oracle": lambda: OracleScorer(split.test), "popularity": PopularityScorer,
+    results = protocols.run_scorers(split, {"oracle": lambda: OracleScorer(split.test), "popularity": PopularityScorer,
                                              "random": lambda: RandomScorer(seed=0)}, ks=(2,))
     oracle, popular = results["oracle"], results["popularity"]
     assert (oracle["recall@2"], oracle["ndcg@2"], oracle["mrr"], oracle["queries"]) == (1.0, 1.0, 1.0, 3)
@@ -164,7 +154,7 @@ def test_run_scorers_oracle_is_perfect_and_popularity_matches_a_hand_count():
 def test_no_test_or_validation_interaction_is_in_training(seed):
     rng = np.random.default_rng(seed)
     seqs = [[str(i) for i in rng.integers(0, 30, rng.integers(1, 9))] for _ in range(40)]
-    split = evaluation.leave_last_out([f"u{n}" for n in range(40)], seqs)
+    split = protocols.leave_last_out([f"u{n}" for n in range(40)], seqs)
     keys = list(split.item_keys)
     indptr, items = split.train.sequences()
     test_users, val_users = split.test.users.tolist(), split.validation.users.tolist()
@@ -177,7 +167,7 @@ def test_no_test_or_validation_interaction_is_in_training(seed):
             assert split.validation.targets[val_users.index(u), 0].item() == index[-2]
     events, entities, content = frames()
     cutoff = pd.Timestamp("2024-01-06", tz="UTC").timestamp()
-    temporal = evaluation.temporal_split(events, entities, content, evaluation.TemporalTarget(frozenset({"buy"})), cutoff=cutoff)
+    temporal = protocols.temporal_split(events, entities, content, protocols.TemporalTarget(frozenset({"buy"})), cutoff=cutoff)
     assert (temporal.train.times < cutoff).all() and (temporal.test.history.times < cutoff).all()
     held = set(zip(temporal.validation.users.tolist(), temporal.validation.targets[:, 0].tolist()))
     train_events = set(zip(temporal.train.users.tolist(), temporal.train.items.tolist(), temporal.train.times.tolist()))
@@ -200,15 +190,8 @@ def test_beating_every_baseline_needs_both_metrics_strictly_above_each():
     baselines = {"a": {"recall@10": 0.2, "ndcg@10": 0.1}, "b": {"recall@10": 0.1, "ndcg@10": 0.2}}
     hir = {"hir": {"recall@10": 0.3, "ndcg@10": 0.3}, "hir_recent": {"recall@10": 0.3, "ndcg@10": 0.2},
            "hir_bom": {"recall@10": 0.15, "ndcg@10": 0.25}}
-    assert evaluation.beating_every_baseline(hir, baselines) == ["hir"]  # a tie is not a win
-    assert evaluation.beating_every_baseline(hir, {}) == ["hir", "hir_bom", "hir_recent"]
-
-
-def test_headline_is_the_sequence_scorer_on_leave_last_out_only():
-    rows = {"hir": {}, "hir_seq": {}}
-    assert evaluation.headline_scorer({"protocol": "leave_last_out"}, rows) == "hir_seq"
-    assert evaluation.headline_scorer({"protocol": "temporal"}, rows) == "hir"
-    assert evaluation.headline_scorer({"protocol": "leave_last_out"}, {"hir": {}}) == "hir"  # no SASRec run
+    assert protocols.beating_every_baseline(hir, baselines) == ["hir"]  # a tie is not a win
+    assert protocols.beating_every_baseline(hir, {}) == ["hir", "hir_bom", "hir_recent"]
 
 
 def test_hir_eval_amazon_seq_end_to_end(tmp_path, data_home, capsys):
@@ -239,7 +222,7 @@ def test_hir_eval_refuses_missing_path_and_unknown_baseline(data_home, capsys):
 
 def test_unix_seconds_whatever_the_resolution():
     ts = pd.Series(pd.to_datetime(["2026-01-01T00:00:10"]).astype("datetime64[s]")).dt.tz_localize("UTC")
-    assert evaluation._unix_seconds(ts).tolist() == [pd.Timestamp("2026-01-01T00:00:10", tz="UTC").timestamp()]
+    assert protocols._unix_seconds(ts).tolist() == [pd.Timestamp("2026-01-01T00:00:10", tz="UTC").timestamp()]
 
 
 def test_hir_eval_synthetic_temporal(data_home, monkeypatch, capsys):

@@ -22,12 +22,11 @@ from hir.serving.feast_store import (
     REPO_DIR,
     FeastStore,
     check_feature_table,
-    table_path,
     type_name,
     write_feature_tables,
 )
 from hir.settings import Settings
-from hir.storage import atomic_dir, write_parquet
+from hir.storage import Artifacts, atomic_dir, write_parquet
 
 P1, P2 = "2026-01-05", "2026-01-06"
 COUNTS = {"user": 6, "ad": 4, "brand": 3}
@@ -191,7 +190,7 @@ def test_feature_tables_split_by_type_with_tokens(tmp_path):
     write_fake_upstream(settings.artifacts_dir, P1, {"user": 3, "Ad Group": 2}, 4)
     stats = _tables(settings, P1)
     assert stats == {"user": {"rows": 3, "dim": 4, "with_tokens": 3}, "ad_group": {"rows": 2, "dim": 4, "with_tokens": 2}}
-    table = pq.read_table(table_path(settings.artifacts_dir, P1, "ad_group"))
+    table = pq.read_table(Artifacts(settings.artifacts_dir).feature_table(P1, "ad_group"))
     assert table.column("ad_group_key").to_pylist() == ["Ad Group-0", "Ad Group-1"]
     assert table.column("bom_tokens").to_pylist()[1] == [4 % 7, 1_000_000 + 4 % 5, 2_000_000 + 4 % 3]
 

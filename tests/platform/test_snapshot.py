@@ -89,7 +89,7 @@ def test_no_edge_at_or_after_cutoff_and_weights_match_python(tmp_path_factory, r
     seconds = cut if cut is not None or not raw else raw[len(raw) // 2][3]
     cutoff = DAY0 + timedelta(seconds=seconds or 0)
     events = [(u, i, k, DAY0 + timedelta(seconds=s), 1.0) for u, i, k, s in raw]
-    settings = Settings.from_env(env={}, half_life_days=half_lives, default_half_life_days=default_half_life,
+    settings = Settings.from_mapping({}, half_life_days=half_lives, default_half_life_days=default_half_life,
                                  sequence_events=sequence_events, threads=1)
     out = tmp_path_factory.mktemp("snap")
     with connect(":memory:") as con:
@@ -117,7 +117,7 @@ def tiny(tmp_path):
 
 def test_snapshot_of_tiny_warehouse(tiny, tmp_path):
     cutoff = DAY0 + timedelta(days=4)  # partition 2026-01-04
-    settings = Settings.from_env(env={}, threads=1)
+    settings = Settings.from_mapping({}, threads=1)
     with connect(tiny, read_only=True) as con:
         summary = build_snapshot(con, cutoff, settings, tmp_path)
     nodes = pq.read_table(tmp_path / "nodes.parquet").to_pylist()
@@ -155,7 +155,7 @@ def test_sequences_become_followed_by_edges_before_the_cutoff_only(tmp_path):
               (1, 10, "purchase", at[3], 1.0), (1, 12, "purchase", at[4], 1.0),  # the last one is at T
               (2, 10, "purchase", at[1], 1.0), (2, 11, "view", at[2], 1.0), (2, 11, "purchase", at[3], 1.0)]
     for sequence_events, want in (("purchase", {(10, 11), (11, 10)}), ("", set())):
-        settings = Settings.from_env(env={}, threads=1, sequence_events=sequence_events)
+        settings = Settings.from_mapping({}, threads=1, sequence_events=sequence_events)
         out = tmp_path / (sequence_events or "off")
         out.mkdir()
         with connect(":memory:") as con:
@@ -173,7 +173,7 @@ def test_sequences_become_followed_by_edges_before_the_cutoff_only(tmp_path):
 
 def test_windows_are_chronological_and_split(tiny, tmp_path):
     cutoff = DAY0 + timedelta(days=4)
-    settings = Settings.from_env(env={}, val_days=1.0, test_days=1.0, threads=1)
+    settings = Settings.from_mapping({}, val_days=1.0, test_days=1.0, threads=1)
     with connect(tiny, read_only=True) as con:
         meta = build_windows(con, cutoff, settings, tmp_path)
         passed, _ = verify_windows(con, tmp_path, cutoff, settings)
@@ -195,7 +195,7 @@ def _rewrite(path, column: str, index: int, value) -> None:
 def test_checks_fail_on_a_future_edge_and_a_missing_endpoint(tiny, tmp_path):
     cutoff = DAY0 + timedelta(days=4)
     with connect(tiny, read_only=True) as con:
-        settings = Settings.from_env(env={}, threads=1)
+        settings = Settings.from_mapping({}, threads=1)
         build_snapshot(con, cutoff, settings, tmp_path)
         assert all(p for p, _ in verify_snapshot(con, tmp_path, cutoff, settings).values())
         _rewrite(tmp_path / "edges.parquet", "last_ts", 0, cutoff.timestamp())
@@ -208,7 +208,7 @@ def test_checks_fail_on_a_future_edge_and_a_missing_endpoint(tiny, tmp_path):
 
 def test_windows_check_fails_on_overlap_with_training(tiny, tmp_path):
     cutoff = DAY0 + timedelta(days=4)
-    settings = Settings.from_env(env={}, threads=1)
+    settings = Settings.from_mapping({}, threads=1)
     with connect(tiny, read_only=True) as con:
         build_windows(con, cutoff, settings, tmp_path)
         _rewrite(tmp_path / "windows.parquet", "ts", 0, cutoff - timedelta(seconds=1))
@@ -225,7 +225,7 @@ def test_taobao_snapshot_has_nothing_on_or_after_the_cutoff_day(tmp_path):
 
     csv = shared_data("taobao_userbehavior") / "UserBehavior_head.csv"
     cutoff = datetime(2017, 12, 2, tzinfo=UTC)
-    settings = Settings.from_env(env={}, threads=2)
+    settings = Settings.from_mapping({}, threads=2)
     with connect(tmp_path / "w.duckdb") as con:
         load_batch(con, read_source("taobao_userbehavior", csv, settings))
         later = con.execute("SELECT count(*) FROM events WHERE ts >= ?", [cutoff]).fetchone()[0]
@@ -265,7 +265,7 @@ def test_advancing_a_state_equals_the_full_rebuild(tmp_path_factory, raw, late, 
     cutoff = base_cut + timedelta(seconds=cuts[1])
     events = [(u, i, k, DAY0 + timedelta(seconds=s), 1.0) for u, i, k, s in raw]
     later = [(u, i, k, DAY0 + timedelta(seconds=s), 1.0) for u, i, k, s in late]
-    settings = Settings.from_env(env={}, sequence_events=sequence_events, threads=1)
+    settings = Settings.from_mapping({}, sequence_events=sequence_events, threads=1)
     base, incremental, full = (tmp_path_factory.mktemp(name) for name in ("base", "incremental", "full"))
     with connect(":memory:") as con:
         fill(con, events + later, types={})
@@ -274,7 +274,7 @@ def test_advancing_a_state_equals_the_full_rebuild(tmp_path_factory, raw, late, 
         build_snapshot(con, base_cut, settings, base)
         add_events(con, later)
         summary = build_snapshot(con, cutoff, settings, incremental, states=[base / "state"])
-        build_snapshot(con, cutoff, Settings.from_env(env={}, sequence_events=sequence_events, threads=1,
+        build_snapshot(con, cutoff, Settings.from_mapping({}, sequence_events=sequence_events, threads=1,
                                                       snapshot_incremental=False), full)
         checks = verify_snapshot(con, incremental, cutoff, settings)
 
@@ -302,8 +302,8 @@ def _synthetic_warehouse(tmp_path, settings):
 
 
 def test_daily_chain_of_incremental_snapshots_equals_full_and_a_late_event_recomputes_from_its_day(tmp_path):
-    settings = Settings.from_env(env={}, data_home=tmp_path, synthetic_days=10, threads=1)
-    full_settings = Settings.from_env(env={}, data_home=tmp_path, synthetic_days=10, threads=1, snapshot_incremental=False)
+    settings = Settings.from_mapping({}, data_home=tmp_path, synthetic_days=10, threads=1)
+    full_settings = Settings.from_mapping({}, data_home=tmp_path, synthetic_days=10, threads=1, snapshot_incremental=False)
     warehouse = _synthetic_warehouse(tmp_path, settings)
     cutoffs = [datetime(2026, 1, 3 + d, tzinfo=UTC) for d in range(5)]  # partitions Jan 2 … Jan 6
     folders = []
@@ -347,8 +347,8 @@ def test_a_state_built_with_other_half_lives_is_not_advanced(tiny, tmp_path):
     first, second = tmp_path / "a", tmp_path / "b"
     first.mkdir(), second.mkdir()
     with connect(tiny, read_only=True) as con:
-        build_snapshot(con, DAY0 + timedelta(days=3), Settings.from_env(env={}, threads=1), first)
-        changed = Settings.from_env(env={}, threads=1, half_life_days={"click": 1.0})
+        build_snapshot(con, DAY0 + timedelta(days=3), Settings.from_mapping({}, threads=1), first)
+        changed = Settings.from_mapping({}, threads=1, half_life_days={"click": 1.0})
         summary = build_snapshot(con, DAY0 + timedelta(days=4), changed, second, states=[first / "state"])
     assert summary.provenance.mode == "full"
     click = _edges_by_entity(second)[(1, 10, "click")]
@@ -360,7 +360,7 @@ def test_configure_sets_the_memory_cap_and_a_spill_folder_it_creates(tmp_path):
 
     spill = tmp_path / "a" / "b"
     with connect(":memory:") as con:
-        configure(con, Settings.from_env(env={}, threads=1, duckdb_memory_limit="300MB", duckdb_temp_directory=str(spill)))
+        configure(con, Settings.from_mapping({}, threads=1, duckdb_memory_limit="300MB", duckdb_temp_directory=str(spill)))
         temp, limit = con.execute("SELECT current_setting('temp_directory'), current_setting('memory_limit')").fetchone()
     assert spill.is_dir() and temp == str(spill)
     assert limit == "286.1 MiB"  # 300 MB

@@ -4,7 +4,7 @@ the kill path is tests/reliability/test_kill_recovery.py)."""
 import json
 
 import pytest
-from hir.cli.main import main as cli
+from hir.cli import main as cli
 
 
 @pytest.mark.slow

@@ -97,7 +97,7 @@ def _csv_input(folder, users, titles):
 
 def test_sql_looking_keys_and_text_round_trip_verbatim(tmp_path):
     keys = [s for s in SQL_LIKE if "\\" not in s]
-    batch = read_source("csv", _csv_input(tmp_path / "in", keys, keys), Settings.from_env({"HIR_DATA_HOME": str(tmp_path)}))
+    batch = read_source("csv", _csv_input(tmp_path / "in", keys, keys), Settings.from_mapping({"HIR_DATA_HOME": str(tmp_path)}))
     assert batch.rows_rejected == 0
     with connect(tmp_path / "w.duckdb") as con:
         load_batch(con, batch)
@@ -125,7 +125,7 @@ def _amazon(tmp_path, **files):
 ])
 def test_amazon_json_of_the_wrong_shape_is_one_line(tmp_path, name, text):
     with pytest.raises(SourceError) as err:
-        read_source("amazon_seq", _amazon(tmp_path, **{name: text}), Settings.from_env({}))
+        read_source("amazon_seq", _amazon(tmp_path, **{name: text}), Settings.from_mapping({}))
     assert name in str(err.value) and "\n" not in str(err.value)
 
 
@@ -134,7 +134,7 @@ def test_mapping_not_utf8_or_too_deep_is_one_line(tmp_path):
     for data in ("é: [".encode("latin-1"), ("[" * 100_000).encode()):
         (folder / "mapping.yaml").write_bytes(data)
         with pytest.raises(SourceError, match="mapping.yaml"):
-            read_source("csv", folder, Settings.from_env({}))
+            read_source("csv", folder, Settings.from_mapping({}))
 
 
 @pytest.mark.parametrize("first", ["1,10\r,100,pv,1511600000", "1," + "9" * 200_000 + ",100,pv,1511600000"])
@@ -142,13 +142,13 @@ def test_unsplittable_first_line_is_one_line(tmp_path, first):
     path = tmp_path / "ub.csv"
     path.write_text(first + "\n1,10,100,pv,1511600000\n")
     with pytest.raises(SourceError, match="ub.csv"):
-        read_source("taobao_userbehavior", path, Settings.from_env({}))
+        read_source("taobao_userbehavior", path, Settings.from_mapping({}))
 
 
 def test_catalogue_with_every_row_rejected_is_accounted(tmp_path):
     folder = ADAPTERS["csv"].build(tmp_path / "csv")
     (folder / "items.csv").write_text('item_id,title,category,colour\n"p1,Red shoe,shoes,red\np2,Blue hat,hats,blue\n')
-    batch = read_source("csv", folder, Settings.from_env({}))
+    batch = read_source("csv", folder, Settings.from_mapping({}))
     assert batch.rows_accepted + batch.rows_rejected == batch.rows_read
     assert batch.content.empty
 
@@ -156,7 +156,7 @@ def test_catalogue_with_every_row_rejected_is_accounted(tmp_path):
 def test_amazon_catalogue_without_brands_reads(tmp_path):
     # every attribute appears after the first position somewhere, so none is a brand
     folder = _amazon(tmp_path, **{"Toys_item2attributes.json": json.dumps({"1": [1, 2], "2": [2, 1]})})
-    batch = read_source("amazon_seq", folder, Settings.from_env({}))
+    batch = read_source("amazon_seq", folder, Settings.from_mapping({}))
     assert batch.rows_accepted == 2
     assert not batch.content["text"].str.contains("brand:").any()
 
@@ -164,6 +164,6 @@ def test_amazon_catalogue_without_brands_reads(tmp_path):
 @pytest.mark.parametrize("text", ["A1 red lipstick\nA1 again\n\x00\n\x00\n", "", "\n\n"])
 def test_amazon_text_file_with_repeats_or_nothing_reads(tmp_path, text):
     folder = _amazon(tmp_path, **{"toys_item_textual_ids.txt": text})
-    batch = read_source("amazon_seq", folder, Settings.from_env({}))
+    batch = read_source("amazon_seq", folder, Settings.from_mapping({}))
     assert batch.rows_accepted == 2
     assert ("red lipstick" in batch.content.set_index("source_key").loc["A1", "text"]) == text.startswith("A1")

@@ -5,7 +5,7 @@ import os
 import pickle
 
 import pytest
-from hir.cli.main import main as cli
+from hir.cli import main as cli
 from hir.errors import SettingsError
 from hir.settings import Settings
 
@@ -21,7 +21,7 @@ class _Payload:
 
 
 def test_planted_pickle_checkpoint_is_refused_and_not_executed(tmp_path):
-    from hir.models.trainer import CheckpointError, _load_checked, load_model
+    from hir.models.checkpoint import CheckpointError, _load_checked, load_model
 
     marker = tmp_path / "pwned"
     folder = tmp_path / "hir_encoder"
@@ -54,11 +54,11 @@ def test_path_setting_outside_the_data_home_is_refused(tmp_path, value):
     home = tmp_path / "home"
     (home).mkdir()
     (home / "link").symlink_to(tmp_path)  # a symlink inside the home pointing out of it
-    settings = Settings.from_env({"HIR_DATA_HOME": str(home)})
+    settings = Settings.from_mapping({"HIR_DATA_HOME": str(home)})
     path = value.format(home=home) if "{home}" in value else (home / value if value.startswith("..") else value)
     with pytest.raises(SettingsError, match="HIR_ALLOW_OUTSIDE_PATHS"):
         settings.resolve_path(path, "HIR_X")
-    allowed = Settings.from_env({"HIR_DATA_HOME": str(home), "HIR_ALLOW_OUTSIDE_PATHS": "1"})
+    allowed = Settings.from_mapping({"HIR_DATA_HOME": str(home), "HIR_ALLOW_OUTSIDE_PATHS": "1"})
     assert not allowed.resolve_path(path, "HIR_X").is_relative_to(home.resolve())
 
 
@@ -79,7 +79,7 @@ def test_ui_binds_to_localhost_by_default(tmp_path, monkeypatch, capsys):
     cmd = calls[0]
     assert cmd[1:4] == ["-m", "dagster", "dev"] and cmd[cmd.index("-h") + 1] == "127.0.0.1"
     assert "http://127.0.0.1:" in capsys.readouterr().out
-    assert Settings.from_env({}).ui_host == "127.0.0.1"
+    assert Settings.from_mapping({}).ui_host == "127.0.0.1"
 
 
 @pytest.mark.parametrize("partition", ["../../etc", "2026-01-01/../../x", "1999-01-01"])

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hir import storage
-from hir.cli.main import main as cli
+from hir.cli import main as cli
 from hir.errors import StorageError
 from hir.resources import ArtifactStore
 from hir.storage import write_parquet

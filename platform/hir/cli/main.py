@@ -20,8 +20,10 @@ from hir.settings import Settings
 
 
 def _apply_overrides(args: argparse.Namespace) -> None:
-    """Command-line flags become ``HIR_*`` variables, so every process sees the same settings."""
-    for flag, var in (("source", "HIR_SOURCE"), ("path", "HIR_SOURCE_PATH"), ("data_home", "HIR_DATA_HOME")):
+    """Command-line flags become ``HIR_*`` variables, so every process started from here (the
+    Dagster webserver, Feast's server, a benchmark's workers) sees the same settings."""
+    for flag, var in (("source", "HIR_SOURCE"), ("path", "HIR_SOURCE_PATH"), ("data_home", "HIR_DATA_HOME"),
+                      ("events", "HIR_SYNTHETIC_EVENTS")):
         value = getattr(args, flag, None)
         if value:
             os.environ[var] = str(value)
@@ -29,22 +31,17 @@ def _apply_overrides(args: argparse.Namespace) -> None:
         os.environ["HIR_SOURCE_PATH"] = os.path.abspath(args.path)
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def _cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from hir.cli.runner import run_pipeline
 
-    _apply_overrides(args)
-    if args.events:
-        os.environ["HIR_SYNTHETIC_EVENTS"] = str(args.events)
-    return run_pipeline(Settings.from_env(), partition=args.partition, ingest_only=args.ingest_only)
+    return run_pipeline(settings, partition=args.partition, ingest_only=args.ingest_only)
 
 
-def _cmd_ui(args: argparse.Namespace) -> int:
+def _cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
     import subprocess
 
     from hir.instance import prepare
 
-    _apply_overrides(args)
-    settings = Settings.from_env()
     prepare(settings)
     workspace = str(Path(__file__).resolve().parents[3] / "workspace.yaml")
     host, port = args.host or settings.ui_host, str(args.port or settings.ui_port)
@@ -60,14 +57,14 @@ def _bench_names() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(hir.cli.bench.__path__) if not m.name.startswith("_"))
 
 
-def _cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
+def _cmd_bench(args: argparse.Namespace, settings: Settings, extra: list[str]) -> int:
     if args.name not in _bench_names():
         raise SettingsError(f"unknown benchmark {args.name!r}; choose one of {', '.join(_bench_names())}")
     module = importlib.import_module(f"hir.cli.bench.{args.name}")
     parser = argparse.ArgumentParser(prog=f"hir bench {args.name}", description=module.__doc__)
     module.add_arguments(parser)
     bench_args = parser.parse_args(extra)
-    result = module.run(bench_args)
+    result = module.run(bench_args, settings)
     if args.json:
         print(json.dumps(result))
     else:
@@ -117,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     if extra and args.command != "bench":
         parser.error(f"unrecognised arguments: {' '.join(extra)}")
     try:
-        code = args.func(args, extra) if args.command == "bench" else args.func(args)
+        _apply_overrides(args)
+        settings = Settings.from_env()  # the one read of the environment in this process
+        code = args.func(args, settings, extra) if args.command == "bench" else args.func(args, settings)
     except USER_ERRORS as exc:
         print(f"hir {args.command}: {exc}", file=sys.stderr)
         return 2

@@ -1,8 +1,9 @@
 """Evaluation protocols: the published leave-last-out protocol and the temporal cut-off protocol.
 
 Both turn input data into a :class:`Split` — training interactions, validation queries (for early
-stopping) and test queries — on which every :class:`~hir.models.baselines.Scorer` is fitted and
-evaluated in the same run, by :func:`run_scorers`.
+stopping) and test queries — on which every :class:`~hir.models.baselines.base.Scorer` is fitted
+and evaluated in the same run, by :func:`run_scorers` (the scorers are listed in
+:mod:`hir.evaluation.scorers`).
 
 * :func:`leave_last_out` (``amazon_seq``, S3-Rec/TIGER tables): train on all but each user's last
   two items, validate on the second to last (history: the training part), test on the last
@@ -25,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from hir.errors import SourceError
-from hir.graph.sources.base import require_file
-from hir.models.baselines import Interactions, Queries, Scorer, evaluate
+from hir.graph.sources.amazon_seq import read_item_texts, user_sequences
+from hir.models.baselines.base import Interactions, Queries, Scorer, evaluate
 from hir.models.metrics import pad_targets
 
 DAY = 86_400.0
@@ -63,26 +64,6 @@ def _csr(rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([[0], np.cumsum(lengths)]), indices
 
 
-def read_sequence_file(path: Path) -> tuple[list[str], list[list[str]]]:
-    """Read an S3-Rec style file: one user a line, ``user item item ...`` in chronological order.
-
-    Raises :class:`SourceError` naming the file and line for a line without items.
-    """
-    users, sequences = [], []
-    with open(require_file(path, "sequence file"), encoding="utf-8") as fh:
-        for number, line in enumerate(fh, 1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) < 2:
-                raise SourceError(f"{path}:{number}: user {parts[0]!r} has no items")
-            users.append(parts[0])
-            sequences.append(parts[1:])
-    if not users:
-        raise SourceError(f"{path}: no user sequences")
-    return users, sequences
-
-
 def leave_last_out(user_keys: list[str], sequences: list[list[str]]) -> Split:
     """The published protocol on chronological sequences (see the module docstring).
 
@@ -115,18 +96,15 @@ def leave_last_out(user_keys: list[str], sequences: list[list[str]]) -> Split:
 
 def read_amazon_item_text(folder: Path, item_keys: np.ndarray) -> list[str | None] | None:
     """Item text from ``*_datamaps.json`` (``item2id``: ASIN → item id) and ``*_item_textual_ids.txt``
-    (``ASIN text`` per line); ``None`` if either file is absent."""
+    (:func:`~hir.graph.sources.amazon_seq.read_item_texts`); ``None`` if either file is absent."""
     maps = sorted(folder.glob("*datamaps.json"))
     texts = sorted(folder.glob("*textual_ids.txt"))
     if not maps or not texts:
         return None
     asin_of = {str(v): k for k, v in json.loads(maps[0].read_text(encoding="utf-8"))["item2id"].items()}
-    text_of = {}
-    for line in texts[0].read_text(encoding="utf-8").splitlines():
-        asin, _, text = line.partition(" ")
-        if asin:
-            text_of[asin] = text.strip() or None
-    return [text_of.get(asin_of.get(str(k), ""), None) for k in item_keys]
+    text_of = read_item_texts(texts[0])
+    asins = [asin_of.get(str(k)) for k in item_keys]
+    return [None if asin is None else text_of.get(asin) or None for asin in asins]
 
 
 def amazon_split(path: Path) -> Split:
@@ -139,7 +117,7 @@ def amazon_split(path: Path) -> Split:
         seq_file, folder = candidates[0], path
     else:
         seq_file, folder = path, path.parent
-    users, sequences = read_sequence_file(seq_file)
+    users, sequences = user_sequences(seq_file)
     split = leave_last_out(users, sequences)
     split.item_text = read_amazon_item_text(folder, split.item_keys)
     split.info["dataset"] = seq_file.stem.lower()
@@ -286,121 +264,7 @@ def run_scorers(split: Split, factories: dict[str, Callable[[], Scorer]], ks: It
     return results
 
 
-def item_text_vectors(texts: list[str | None], settings) -> np.ndarray:
-    """``[n_items, d]`` L2-normalised text vectors (``HIR_TEXT_MODEL``); zero rows for items without text."""
-    from hir.world_knowledge.embedders import TextEmbedder
-
-    embedder = TextEmbedder(model=settings.text_model, batch_size=settings.text_batch_size, device=settings.embed_device)
-    present = [n for n, t in enumerate(texts) if t]
-    vectors = embedder.embed([texts[n] for n in present])
-    out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
-    out[present] = vectors
-    return out
-
-
-def embedding_scorer(split: Split, user_keys, user_vectors, item_keys, item_vectors, name: str = "hir") -> Scorer:
-    """An :class:`~hir.models.baselines.EmbeddingScorer` aligned to ``split``'s indices by source key.
-
-    Args:
-        split: the evaluation split (its ``user_keys`` and ``item_keys`` fix the row order).
-        user_keys, user_vectors: source keys and ``[n, d]`` vectors of users (e.g. hir's entity
-            embeddings of type ``user``); item_keys, item_vectors: likewise for items.
-        name: the scorer's name in reports.
-    Users or items without a vector score 0.
-    """
-    from hir.models.baselines import EmbeddingScorer
-
-    def aligned(keys, vectors, wanted):
-        vectors = np.asarray(vectors, dtype=np.float32)
-        out = np.zeros((len(wanted), vectors.shape[1]), dtype=np.float32)
-        where = pd.Index([str(k) for k in keys]).get_indexer([str(k) for k in wanted])
-        out[where >= 0] = vectors[where[where >= 0]]
-        return out
-
-    return EmbeddingScorer(aligned(user_keys, user_vectors, split.user_keys),
-                           aligned(item_keys, item_vectors, split.item_keys), name=name)
-
-
-def popularity_half_life(split: Split, settings) -> float | None:
-    """Half-life in the unit of the split's times: seconds for dated data, none for order-only data."""
-    if split.info.get("protocol") != "temporal":
-        return None
-    return settings.half_life(split.info["target_events"][0]) * DAY
-
-
 def beating_every_baseline(hir: dict[str, dict], baselines: dict[str, dict], metrics=("recall@10", "ndcg@10")) -> list[str]:
     """The hir scorers strictly above every baseline on every one of ``metrics`` (rows of :func:`run_scorers`)."""
     return sorted(name for name, row in hir.items()
                   if all(row[m] > other[m] for other in baselines.values() for m in metrics))
-
-
-def headline_scorer(protocol: dict, hir: dict[str, dict]) -> str:
-    """The hir scorer whose figures head a report: ``hir_seq`` on the leave-last-out protocol, whose
-    task is the next item of a sequence, when it ran (with the SASRec baseline); ``hir`` otherwise."""
-    return "hir_seq" if protocol.get("protocol") == "leave_last_out" and "hir_seq" in hir else "hir"
-
-
-def bounded(config, seed: int, max_epochs: int | None):
-    """A neural scorer's :class:`~hir.models.baselines.TrainConfig` with the run's seed and epoch bound."""
-    config.seed = seed
-    if max_epochs is not None:
-        config.max_epochs = max_epochs
-    return config
-
-
-def sasrec_config(seed: int, max_epochs: int | None):
-    """The SASRec configuration of a run: the baseline's and hir_seq's, so the two differ only in
-    where their item table starts."""
-    from hir.models.baselines import SASRecConfig
-
-    config = SASRecConfig()
-    config.train = bounded(config.train, seed, max_epochs)
-    return config
-
-
-def baseline_factories(split: Split, settings, seed: int, names: Iterable[str],
-                       max_epochs: int | None = None) -> tuple[dict[str, Callable[[], Scorer]], dict[str, str]]:
-    """Constructors of the chosen baselines for ``split``, and ``{name: reason}`` for those skipped.
-
-    Args:
-        split: the evaluation split; settings: platform settings (threads, text model, half-lives);
-        seed: seed of every stochastic baseline; names: baselines to build;
-        max_epochs: bound on the neural baselines' epochs (default: their configs).
-    """
-    from hir.models import baselines as b
-
-    def text_scorer() -> Scorer:
-        return b.TextScorer(item_text_vectors(split.item_text, settings))
-
-    available = {
-        "popularity": lambda: b.PopularityScorer(popularity_half_life(split, settings)),
-        "cooccurrence": b.CooccurrenceScorer,
-        "als": lambda: b.ALSScorer(seed=seed, threads=settings.threads),
-        "lightgcn": lambda: b.LightGCNScorer(config=bounded(b.LightGCNScorer.default_config(), seed, max_epochs)),
-        "sasrec": lambda: b.SASRecScorer(sasrec_config(seed, max_epochs)),
-        "text_world_knowledge": text_scorer,
-    }
-    skipped = {}
-    if not split.item_text or not any(split.item_text):
-        skipped["text_world_knowledge"] = "the source has no item text"
-    factories = {n: available[n] for n in names if n not in skipped}
-    return factories, {n: r for n, r in skipped.items() if n in names}
-
-
-def run_settings(settings, max_epochs: int | None) -> dict:
-    """The settings a report must carry to be reproduced."""
-    from hir.models import baselines as b
-
-    sasrec = b.SASRecConfig()
-    return {
-        "threads": settings.threads,
-        "text_model": settings.text_model,
-        "test_days": settings.test_days,
-        "sasrec": {"max_len": sasrec.max_len, "hidden": sasrec.hidden, "layers": sasrec.layers,
-                   "heads": sasrec.heads, "dropout": sasrec.dropout, "lr": sasrec.train.lr,
-                   "batch_size": sasrec.train.batch_size, "patience": sasrec.train.patience,
-                   "max_epochs": max_epochs or sasrec.train.max_epochs, "loss": "full cross-entropy"},
-        "lightgcn": {"max_epochs": max_epochs or b.LightGCNScorer.default_config().max_epochs},
-        "als": b.ALSScorer().params | {"random_state": "seed"},
-        "cooccurrence": {"weights": [1.0, 0.5, 0.25], "pairs": "consecutive, directed", "backoff": "popularity"},
-    }

@@ -59,7 +59,14 @@ import duckdb
 import pyarrow as pa
 
 from hir.settings import Settings
-from hir.storage import read_json, write_json
+from hir.storage import (
+    META_FILE,
+    SNAPSHOT_EDGES_FILE,
+    SNAPSHOT_NODES_FILE,
+    WINDOWS_FILE,
+    read_json,
+    write_json,
+)
 
 ACTIVITY_DAYS = 7
 FOLLOWED_BY = "followed_by"  # the edge type of sequence transitions
@@ -76,25 +83,35 @@ HALF_LIVES = "snapshot_half_lives"
 STATE_TYPES = "snapshot_state_types"
 
 # Edge types over the whole warehouse, so ids are stable across partitions: 0-based id in name
-# order and the half-life in days (the setting's default for a type it does not list).
-# followed_by is a type whenever sequence events are configured, whether or not any occur yet.
+# order, the half-life in days (the setting's default for a type it does not list) and the decay
+# rate ln 2 / half-life per microsecond. followed_by is a type whenever sequence events are
+# configured, whether or not any occur yet.
 EDGE_TYPES = f"""
-SELECT t.edge_type,
-       row_number() OVER (ORDER BY t.edge_type) - 1 AS edge_type_id,
-       coalesce(h.half_life_days, $default_half_life) AS half_life_days
-FROM (SELECT event_type AS edge_type FROM events UNION SELECT relation FROM relations
-      UNION SELECT '{FOLLOWED_BY}' WHERE len(CAST($sequence_events AS VARCHAR[])) > 0) t
-LEFT JOIN snapshot_half_lives h USING (edge_type)
+SELECT edge_type, edge_type_id, half_life_days, ln(2.0) / (86400e6 * half_life_days) AS rate
+FROM (SELECT t.edge_type,
+             row_number() OVER (ORDER BY t.edge_type) - 1 AS edge_type_id,
+             coalesce(h.half_life_days, $default_half_life) AS half_life_days
+      FROM (SELECT event_type AS edge_type FROM events UNION SELECT relation FROM relations
+            UNION SELECT '{FOLLOWED_BY}' WHERE len(CAST($sequence_events AS VARCHAR[])) > 0) t
+      LEFT JOIN snapshot_half_lives h USING (edge_type))
 """
+
+# The weight at the cut-off of an event at ``ts`` whose type row is ``t``: 2^(-(T - ts)/h) as
+# exp((ts - T) · rate) on integer microseconds, which costs a third of pow() on epoch seconds.
+WEIGHT = "exp((epoch_us({ts}) - epoch_us($cutoff)) * t.rate)"
+
+# Keeps the rows whose event_type is a sequence event type (a semi join: twice as fast as
+# list_contains per row).
+SEQUENCE_EVENTS = "SEMI JOIN (SELECT unnest(CAST($sequence_events AS VARCHAR[])) AS event_type) USING (event_type)"
 
 # Transitions before the cut-off: each sequence event whose predecessor (same user and event type)
 # was another item, as (previous item, item, ts of the later event). Only the no_future_events check
 # uses it: it recounts the transitions from the whole log, independently of the edge state.
-TRANSITIONS = """
+TRANSITIONS = f"""
 SELECT previous AS src, dst, ts
 FROM (SELECT dst, ts, lag(dst) OVER (PARTITION BY src, event_type ORDER BY ts, dst) AS previous
-      FROM events
-      WHERE ts < $cutoff AND list_contains(CAST($sequence_events AS VARCHAR[]), event_type))
+      FROM events {SEQUENCE_EVENTS}
+      WHERE ts < $cutoff)
 WHERE previous IS NOT NULL AND previous <> dst
 """
 
@@ -104,8 +121,8 @@ WINDOW = "ts >= CAST($start AS TIMESTAMPTZ) AND ts < $cutoff"
 
 # The window's sequence events, kept for the transitions and the new sequence state.
 FRESH_SEQUENCES = f"""
-SELECT src, event_type, dst, ts FROM events
-WHERE {WINDOW} AND list_contains(CAST($sequence_events AS VARCHAR[]), event_type)
+SELECT src, event_type, dst, ts FROM events {SEQUENCE_EVENTS}
+WHERE {WINDOW}
 """
 
 # Transitions whose later event lies in the window. The first event of a user and type in the
@@ -123,14 +140,12 @@ WHERE previous IS NOT NULL AND previous <> dst
 
 # One row per event and transition of the window, with its decayed weight at the cut-off.
 STEP_ROWS = f"""
-SELECT src, dst, t.edge_type_id, ts,
-       pow(2.0, (epoch(ts) - epoch($cutoff)) / (86400.0 * t.half_life_days)) AS weight
+SELECT src, dst, t.edge_type_id, ts, {WEIGHT.format(ts="ts")} AS weight
 FROM events
 JOIN snap_edge_types t ON t.edge_type = event_type
 WHERE {WINDOW}
 UNION ALL
-SELECT q.src, q.dst, t.edge_type_id, q.ts,
-       pow(2.0, (epoch(q.ts) - epoch($cutoff)) / (86400.0 * t.half_life_days))
+SELECT q.src, q.dst, t.edge_type_id, q.ts, {WEIGHT.format(ts="q.ts")}
 FROM ({STEP_TRANSITIONS}) q
 JOIN snap_edge_types t ON t.edge_type = '{FOLLOWED_BY}'
 """
@@ -149,7 +164,7 @@ GROUP BY src, dst, edge_type_id
 # A stored state's type ids mapped to the current ones, with each type's decay over [start, cutoff).
 PREVIOUS_TYPES = f"""
 SELECT s.state_type_id, t.edge_type_id,
-       pow(2.0, (epoch(CAST($start AS TIMESTAMPTZ)) - epoch($cutoff)) / (86400.0 * t.half_life_days)) AS decay
+       {WEIGHT.format(ts="CAST($start AS TIMESTAMPTZ)")} AS decay
 FROM {STATE_TYPES} s
 JOIN snap_edge_types t USING (edge_type)
 """
@@ -184,10 +199,14 @@ FROM (SELECT src, event_type, max({'ts': ts, 'dst': dst}) AS last
       GROUP BY src, event_type)
 """
 
-# A day's fingerprint: its events and the XOR of their hashes; days are UTC days since 1970.
+# A day's fingerprint: its events and the XOR of their hashes; days are UTC days since 1970. The
+# count alone catches every late event (ingest only appends); the checksum also catches an event
+# replaced by another at a different time or between other entities. It leaves the event type out:
+# decoding that text column would double the cost of the fingerprints, which every incremental
+# step computes over the whole log.
 DAY = "CAST(floor(epoch_us(ts) / 86400000000.0) AS BIGINT)"
 DAY_FINGERPRINTS = f"""
-SELECT {DAY} AS day, count(*) AS events, bit_xor(hash(src, dst, event_type, ts)) AS checksum
+SELECT {DAY} AS day, count(*) AS events, bit_xor(hash(src, dst, ts)) AS checksum
 FROM events
 """
 
@@ -578,8 +597,8 @@ def build_snapshot(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings: S
         con.execute(f"CREATE OR REPLACE TEMP TABLE snap_node_types AS {NODE_TYPES}")
         node_params = {"cutoff": cutoff, "activity_start": cutoff - timedelta(days=ACTIVITY_DAYS)}
         con.execute(f"CREATE OR REPLACE TEMP TABLE snap_nodes AS {NODES}", node_params)
-        copy_to_parquet(con, NODES_FILE, out_dir / "nodes.parquet")
-        copy_to_parquet(con, EDGES_FILE, out_dir / "edges.parquet")
+        copy_to_parquet(con, NODES_FILE, out_dir / SNAPSHOT_NODES_FILE)
+        copy_to_parquet(con, EDGES_FILE, out_dir / SNAPSHOT_EDGES_FILE)
         summary = _summarise(con, cutoff, provenance)
         meta = _meta(con, summary)
     finally:
@@ -587,7 +606,7 @@ def build_snapshot(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings: S
         con.unregister("snap_state_edges")
         for table in ("snap_relation_edges", "snap_node_types", "snap_edge_types", "snap_nodes"):
             con.execute(f"DROP TABLE IF EXISTS {table}")
-    write_json(out_dir / "meta.json", meta)
+    write_json(out_dir / META_FILE, meta)
     return summary
 
 
@@ -652,15 +671,15 @@ def build_windows(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings: Se
     out_dir = Path(out_dir)
     configure(con, settings)
     bounds = window_bounds(cutoff, settings)
-    copy_to_parquet(con, WINDOWS, out_dir / "windows.parquet", bounds)
-    stats = _stats(con, WINDOW_FILE_STATS, {**bounds, "path": str(out_dir / "windows.parquet")})
+    copy_to_parquet(con, WINDOWS, out_dir / WINDOWS_FILE, bounds)
+    stats = _stats(con, WINDOW_FILE_STATS, {**bounds, "path": str(out_dir / WINDOWS_FILE)})
     meta = {
         **{f"{k}_iso": v.isoformat() for k, v in bounds.items()},
         **{k: v.timestamp() for k, v in bounds.items()},
         "validation_rows": stats["validation"],
         "test_rows": stats["test"],
     }
-    write_json(out_dir / "meta.json", meta)
+    write_json(out_dir / META_FILE, meta)
     return meta
 
 
@@ -687,8 +706,8 @@ def verify_snapshot(con: duckdb.DuckDBPyConnection, folder: str | Path, cutoff: 
         settings: the event types that form sequences (``sequence_events``), as the snapshot was built.
     """
     folder = Path(folder)
-    num_nodes = con.execute("SELECT count(*) FROM read_parquet(?)", [str(folder / "nodes.parquet")]).fetchone()[0]
-    stats = _stats(con, SNAPSHOT_FILE_STATS, {"path": str(folder / "edges.parquet"), "num_nodes": num_nodes})
+    num_nodes = con.execute("SELECT count(*) FROM read_parquet(?)", [str(folder / SNAPSHOT_NODES_FILE)]).fetchone()[0]
+    stats = _stats(con, SNAPSHOT_FILE_STATS, {"path": str(folder / SNAPSHOT_EDGES_FILE), "num_nodes": num_nodes})
     expected = con.execute(ROWS_BEFORE, edge_params(cutoff, settings)).fetchone()[0]
     newest = stats["max_last_ts"]
     before = newest is None or newest < cutoff.timestamp()
@@ -716,7 +735,7 @@ def verify_windows(con: duckdb.DuckDBPyConnection, folder: str | Path, cutoff: d
         settings: ``val_days`` and ``test_days``.
     """
     bounds = window_bounds(cutoff, settings)
-    stats = _stats(con, WINDOW_FILE_STATS, {**bounds, "path": str(Path(folder) / "windows.parquet")})
+    stats = _stats(con, WINDOW_FILE_STATS, {**bounds, "path": str(Path(folder) / WINDOWS_FILE)})
     passed = (
         (stats["min_ts"] is None or stats["min_ts"] >= cutoff)
         and stats["bad_validation"] == 0 and stats["bad_test"] == 0 and stats["bad_split"] == 0

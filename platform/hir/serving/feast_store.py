@@ -32,10 +32,9 @@ import pyarrow.parquet as pq
 
 from hir.errors import SettingsError
 from hir.settings import Settings
-from hir.storage import write_parquet
+from hir.storage import FEATURE_TABLE_FILE, Artifacts, write_parquet
 
 REPO_DIR = Path(__file__).resolve().parents[3] / "feature_repo"
-FEATURE_TABLES = "feature_tables"
 TIMESTAMP_FIELD = "cutoff"
 RANKER_SERVICE = "ranker_v1"
 RANKER_TYPES = ("user", "ad")
@@ -76,22 +75,6 @@ def view_name(entity_type: str) -> str:
     return f"{entity_type}_features"
 
 
-def table_path(artifacts_dir: Path, partition: str, entity_type: str) -> Path:
-    return Path(artifacts_dir) / FEATURE_TABLES / partition / f"{entity_type}.parquet"
-
-
-def table_glob(artifacts_dir: Path, entity_type: str) -> str:
-    """The file source path of a type: every partition's table, no hidden scratch folders."""
-    return str(Path(artifacts_dir) / FEATURE_TABLES / "[0-9]*" / f"{entity_type}.parquet")
-
-
-def table_types(artifacts_dir: Path, partition: str | None = None) -> list[str]:
-    """Entity types with a feature table in ``partition`` (or in any partition), sorted."""
-    base = Path(artifacts_dir) / FEATURE_TABLES
-    folders = [base / p for p in ([partition] if partition else table_partitions(artifacts_dir))]
-    return sorted({f.stem for d in folders if d.is_dir() for f in d.glob("*.parquet")})
-
-
 def feast_objects(artifacts_dir: Path) -> dict[str, Any]:
     """Every Feast object of the repository, by module name (see ``feature_repo/definitions.py``).
 
@@ -106,10 +89,11 @@ def feast_objects(artifacts_dir: Path) -> dict[str, Any]:
               "bom_weights": Array(Float32), "coarse_interest": Int64, "fine_interest": Int64,
               "model_version": String}
     objects: dict[str, Any] = {}
-    for t in sorted(set(BUILTIN_ENTITY_TYPES) | set(table_types(artifacts_dir))):
+    catalogue = Artifacts(artifacts_dir)
+    for t in sorted(set(BUILTIN_ENTITY_TYPES) | set(catalogue.feature_table_types())):
         entity = feast.Entity(name=t, join_keys=[join_key(t)], value_type=feast.ValueType.STRING,
                               description=f"a {t}, keyed by its source key")
-        source = feast.FileSource(name=f"{t}_source", path=table_glob(artifacts_dir, t),
+        source = feast.FileSource(name=f"{t}_source", path=catalogue.feature_table_glob(t),
                                   file_format=ParquetFormat(), timestamp_field=TIMESTAMP_FIELD,
                                   description=f"feature_tables partitions of type {t}")
         view = feast.FeatureView(
@@ -157,7 +141,7 @@ def write_feature_tables(embeddings_path: Path, tokens_path: Path | None, cutoff
             raise ValueError(f"{embeddings_path}: entity types collide on the Feast name {t!r}")
         part = emb.filter(pc.equal(emb.column("entity_type"), raw_type))
         table = _feature_table(part, tokens, t, cutoff)
-        write_parquet(Path(out_dir) / f"{t}.parquet", table)
+        write_parquet(Path(out_dir) / FEATURE_TABLE_FILE.format(entity_type=t), table)
         with_tokens = pc.sum(pc.greater(pc.list_value_length(table.column("bom_tokens")), 0)).as_py() or 0
         out[t] = {"rows": table.num_rows, "dim": dim, "with_tokens": with_tokens}
     return out
@@ -242,7 +226,7 @@ class FeastStore(dg.ConfigurableResource):
 
     @property
     def artifacts_dir(self) -> Path:
-        return Settings.from_env(data_home=self.data_home).artifacts_dir
+        return Settings.from_mapping({}, data_home=self.data_home).artifacts_dir
 
     @property
     def online_path(self) -> Path:
@@ -270,7 +254,7 @@ class FeastStore(dg.ConfigurableResource):
         """A ``feast.FeatureStore`` over this repository (creates ``<data home>/feast/``)."""
         from feast import FeatureStore
 
-        Settings.from_env(data_home=self.data_home).feast_dir.mkdir(parents=True, exist_ok=True)
+        Settings.from_mapping({}, data_home=self.data_home).feast_dir.mkdir(parents=True, exist_ok=True)
         return FeatureStore(config=self.repo_config())
 
     def require_registry(self) -> None:
@@ -329,8 +313,3 @@ class FeastStore(dg.ConfigurableResource):
         refs = store.get_feature_service(features) if isinstance(features, str) else list(features)
         out = store.get_historical_features(entity_df=frame, features=refs, full_feature_names=True).to_df()
         return out.sort_values("_row").drop(columns="_row").reset_index(drop=True)
-
-
-def table_partitions(artifacts_dir: Path) -> list[str]:
-    """The feature-table partitions written so far, oldest first."""
-    return sorted(p.name for p in (Path(artifacts_dir) / FEATURE_TABLES).glob("[0-9]*") if p.is_dir())

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from hir.errors import SettingsError
 from hir.settings import Settings
+from hir.storage import Artifacts
 
 SERVING_TYPES = ("ad", "campaign", "advertiser", "product")
 DESCRIPTION_TYPES = ("category", "genre")
@@ -43,18 +44,14 @@ def codes_setting(settings: Settings) -> list[int]:
     return codes
 
 
-def partition_folder(settings: Settings, asset: str, partition: str | None) -> Path:
-    """``artifacts/<asset>/<partition>``; the newest written partition when ``partition`` is None."""
-    base = settings.artifacts_dir / asset
-    if partition is None:
-        written = sorted(p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))) if base.exists() else []
-        if not written:
-            raise SettingsError(f"no {asset} partition under {base}; run `hir run` first")
-        partition = written[-1]
-    folder = base / partition
-    if not folder.is_dir():
-        raise SettingsError(f"{asset} partition {partition!r} does not exist under {base}")
-    return folder
+def written_partition(catalogue: Artifacts, asset: str, partition: str | None) -> str:
+    """``partition`` of ``asset``, the newest written one when None; a clear error where it is absent."""
+    chosen = catalogue.latest(asset) if partition is None else partition
+    if chosen is None:
+        raise SettingsError(f"no {asset} partition under {catalogue.root / asset}; run `hir run` first")
+    if not catalogue.folder(asset, chosen).is_dir():
+        raise SettingsError(f"{asset} partition {chosen!r} does not exist under {catalogue.root / asset}")
+    return chosen
 
 
 # ----------------------------------------------------------------------------- embeddings and codes
@@ -297,18 +294,19 @@ def load_store(settings: Settings, partition: str | None = None, with_vectors: b
     """Load the bags, index, descriptions (and embeddings for re-ranking) of one partition."""
     import torch
 
-    tokens_dir = partition_folder(settings, "bom_tokens", partition)
-    bags = pq.read_table(tokens_dir / "tokens.parquet")
-    index_dir = settings.artifacts_dir / "bom_index" / tokens_dir.name
-    postings = pq.read_table(index_dir / "postings.parquet") if (index_dir / "postings.parquet").exists() else postings_table(bags)
+    catalogue = Artifacts(settings.artifacts_dir)
+    partition = written_partition(catalogue, "bom_tokens", partition)
+    bags = pq.read_table(catalogue.tokens(partition))
+    postings_path = catalogue.postings(partition)
+    postings = pq.read_table(postings_path) if postings_path.exists() else postings_table(bags)
     index = load_index(postings)
-    described = settings.artifacts_dir / "token_descriptions" / tokens_dir.name / "descriptions.parquet"
+    described = catalogue.descriptions(partition)
     descriptions = {}
     if described.exists():
         table = pq.read_table(described, columns=["token", "description"])
         descriptions = dict(zip(table.column("token").to_pylist(), table.column("description").to_pylist()))
     vectors = None
-    emb_path = settings.artifacts_dir / "entity_embeddings" / tokens_dir.name / "embeddings.parquet"
+    emb_path = catalogue.embeddings(partition)
     if with_vectors and emb_path.exists():
         emb = read_embeddings(emb_path)
         order = np.argsort(emb.entity_id)
@@ -316,7 +314,7 @@ def load_store(settings: Settings, partition: str | None = None, with_vectors: b
         slot = np.searchsorted(emb.entity_id[order], ids).clip(0, max(emb.entity_id.size - 1, 0))
         if emb.entity_id.size and np.array_equal(emb.entity_id[order][slot], ids):
             vectors = torch.from_numpy(emb.vectors[order][slot])
-    return TokenStore(tokens_dir.name, bags, index, descriptions, vectors)
+    return TokenStore(partition, bags, index, descriptions, vectors)
 
 
 def find_bag(store: TokenStore, entity_type: str, key: str) -> dict:

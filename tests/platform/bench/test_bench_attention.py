@@ -7,6 +7,7 @@ import argparse
 import pytest
 import torch
 from hir.cli.bench import attention as bench
+from hir.settings import Settings
 
 
 def test_random_structure_is_a_padded_view_tree():
@@ -23,7 +24,7 @@ def test_random_structure_is_a_padded_view_tree():
 def test_bench_reports_both_backends_and_agreement():
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
-    result = bench.run(parser.parse_args(["--seq", "64", "--batch", "2", "--heads", "2", "--head-dim", "8"]))
+    result = bench.run(parser.parse_args(["--seq", "64", "--batch", "2", "--heads", "2", "--head-dim", "8"]), Settings.from_env())
     assert set(result) == {"seq", "batch", "heads", "dense_peak_mb", "flex_peak_mb", "memory_ratio", "dense_ms", "flex_ms", "max_abs_diff"}
     assert (result["seq"], result["batch"], result["heads"]) == (64, 2, 2)
     assert result["max_abs_diff"] <= 1e-4

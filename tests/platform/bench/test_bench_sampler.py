@@ -8,6 +8,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 from hir.cli.bench import sampler as bench
+from hir.settings import Settings
 
 
 def _args(**overrides) -> argparse.Namespace:
@@ -17,7 +18,7 @@ def _args(**overrides) -> argparse.Namespace:
 
 
 def test_synthetic_graph_when_no_snapshot(data_home):
-    result = bench.run(_args())
+    result = bench.run(_args(), Settings.from_env())
     assert result["graph"].startswith("synthetic:300n/3000e")
     assert result["nodes"] == 300 and result["edges"] == 6000
     assert result["anchors_per_s"] > 0 and result["tokens_per_s"] >= result["anchors_per_s"]
@@ -37,6 +38,6 @@ def test_latest_snapshot_is_used(data_home):
             "edge_type_id": pa.array([0, 0], pa.int64()), "count": pa.array([1, 1], pa.int64()), "last_ts": [1.0, 2.0], "weight": [1.0, 0.5],
         }), folder / "edges.parquet")
         (folder / "meta.json").write_text(json.dumps({"cutoff": 10.0, "node_types": ["user"], "edge_types": ["click"]}))
-    result = bench.run(_args())
+    result = bench.run(_args(), Settings.from_env())
     assert result["graph"].startswith("snapshot:") and result["graph"].endswith("2024-01-02")
     assert result["nodes"] == 4 and result["edges"] == 4

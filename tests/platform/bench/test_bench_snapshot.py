@@ -62,7 +62,7 @@ def test_the_incremental_side_writes_the_full_sides_state(data_home, tmp_path):
 
 
 def test_run_reports_the_issue_figures(data_home):
-    result = bench.run(_args())
+    result = bench.run(_args(), Settings.from_env())
     assert set(result) >= {"events", "duckdb_s", "pandas_s", "speedup_vs_pandas", "events_per_s",
                            "incremental_s", "incremental_speedup", "peak_rss_mb"}
     assert result["events"] == 4000
@@ -75,6 +75,6 @@ def test_run_reports_the_issue_figures(data_home):
 def test_run_without_pandas_reports_duckdb_only(data_home):
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
-    result = bench.run(parser.parse_args(["--events=4000", "--repeat=1", "--no-pandas"]))
+    result = bench.run(parser.parse_args(["--events=4000", "--repeat=1", "--no-pandas"]), Settings.from_env())
     assert result["pandas_s"] is None and result["speedup_vs_pandas"] is None
     assert result["incremental_speedup"] > 0

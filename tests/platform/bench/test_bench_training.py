@@ -5,6 +5,7 @@ import argparse
 
 import pytest
 from hir.cli.bench import refresh
+from hir.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -20,7 +21,7 @@ def test_bench_train_reports_throughput_and_mfu():
 
     args = _args(train, "--steps 1 --warmup 0 --batch 4 --dim 16 --layers 1 --heads 2 --broad-tokens 8 "
                         "--narrow-tokens 4 --users 40 --matmul 128 --device cpu".split())
-    out = train.run(args)
+    out = train.run(args, Settings.from_env())
     assert set(out) >= {"views_per_s", "step_ms", "model_gflop_per_step", "achieved_gflops", "matmul_peak_gflops", "mfu"}
     assert out["model_gflop_per_step"] > 0 and out["matmul_peak_gflops"] > 0
     assert 0 < out["mfu"] < 1
@@ -31,7 +32,7 @@ def test_bench_refresh_compares_scratch_and_warm_start(tmp_path):
     from hir.models.graph import load_snapshot
 
     argv = "--graph planted --users 60 --days 4 --steps 4 --finetune-steps 1 --batch 4 --dim 16 --layers 1 --heads 2".split()
-    out = refresh.run(_args(refresh, argv))
+    out = refresh.run(_args(refresh, argv), Settings.from_env())
     folders, pairs = refresh._planted_days(_args(refresh, argv), tmp_path)  # the same seeded days
     assert out["graph"] == "planted" and out["next_day_edges"] == len(pairs) > 0
     assert out["nodes_day2"] == load_snapshot(folders[1]).num_nodes
@@ -45,8 +46,9 @@ def test_refresh_auc_rises_with_training_above_the_untrained_model(tmp_path):
     """The benchmark's AUC of next-day edges against random items, for the same day-2 model before
     and after 100 training steps: chance before, clearly above after (same pairs, same negatives)."""
     from hir.models.graph import load_snapshot
+    from hir.models.model import TrainConfig, encoder_config_for
     from hir.models.sampler import SamplerConfig
-    from hir.models.trainer import TrainConfig, Trainer, encoder_config_for
+    from hir.models.trainer import Trainer
 
     folders, pairs = refresh._planted_days(_args(refresh, "--graph planted --users 120 --days 4".split()), tmp_path)
     day2 = load_snapshot(folders[1])

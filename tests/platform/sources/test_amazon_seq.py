@@ -35,7 +35,7 @@ def _folder(tmp_path, seq="1 1 2 3\n2 3 1\n", text="A1 red lipstick\nA2 face cre
 
 
 def _read(path):
-    return read_source("amazon_seq", path, Settings.from_env({}))
+    return read_source("amazon_seq", path, Settings.from_mapping({}))
 
 
 def test_real_beauty_counts():

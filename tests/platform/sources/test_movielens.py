@@ -16,7 +16,7 @@ TAGS = "userId,movieId,tag,timestamp\n2,1,Pixar,1445714994\n3,1,pixar ,144571500
 
 
 def _read(path):
-    return read_source("movielens", path, Settings.from_env({}))
+    return read_source("movielens", path, Settings.from_mapping({}))
 
 
 def _folder(tmp_path, ratings=RATINGS, movies=MOVIES, tags=TAGS):

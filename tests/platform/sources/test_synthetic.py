@@ -18,14 +18,14 @@ def _digest(batch) -> str:
 
 @pytest.fixture(scope="module")
 def batch():
-    return generate(Settings.from_env({}), events=60_000)
+    return generate(Settings.from_mapping({}), events=60_000)
 
 
 def test_same_seed_same_bytes_other_seed_differs(batch):
-    again = generate(Settings.from_env({}), events=60_000)
+    again = generate(Settings.from_mapping({}), events=60_000)
     assert _digest(batch) == _digest(again)
     assert batch.fingerprint == again.fingerprint
-    other = generate(Settings.from_env({"HIR_SEED": "1"}), events=60_000)
+    other = generate(Settings.from_mapping({"HIR_SEED": "1"}), events=60_000)
     assert _digest(other) != _digest(batch)
     assert other.fingerprint != batch.fingerprint
 

@@ -59,7 +59,7 @@ def write_raw_tables(folder, **overrides):
 
 
 def _read(path):
-    return read_source("taobao_ads", path, Settings.from_env({}))
+    return read_source("taobao_ads", path, Settings.from_mapping({}))
 
 
 def _ts(seconds):

@@ -12,7 +12,7 @@ GOOD = "1,2268318,2520377,pv,1511544070\n1,2333346,2520771,cart,1511561733\n2,22
 
 
 def _read(path):
-    return read_source("taobao_userbehavior", path, Settings.from_env({}))
+    return read_source("taobao_userbehavior", path, Settings.from_mapping({}))
 
 
 def test_real_head_file_every_row_accounted():

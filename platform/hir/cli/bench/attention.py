@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from hir.settings import Settings
+
 WARMUP_SEQ = 64
 NUM_NODE_TYPES = 6
 MAX_DEPTH = 3
@@ -126,7 +128,7 @@ def _run_worker(backend: str, args: argparse.Namespace, out_file: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, settings: Settings) -> dict:
     from safetensors.torch import load_file
 
     with tempfile.TemporaryDirectory(prefix="hir-bench-attention-") as tmp:

@@ -82,12 +82,11 @@ def _say(message: str) -> None:
     print(f"bench embed: {message}", file=sys.stderr, flush=True)
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, settings: Settings) -> dict:
     from hir.graph.warehouse import connect
     from hir.world_knowledge.embedders import TextEmbedder
     from hir.world_knowledge.store import embed_texts
 
-    settings = Settings.from_env()
     embedder = TextEmbedder(
         model=settings.text_model, batch_size=args.batch_size or settings.text_batch_size, device=settings.embed_device
     )

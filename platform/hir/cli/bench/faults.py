@@ -42,6 +42,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable
 
+from hir.settings import Settings
+
 # Strings that would do damage if anything spliced them into SQL, a shell or a path.
 SQL_LIKE = (
     "'; DROP TABLE events; --",
@@ -188,21 +190,18 @@ def broken_parquet(artifacts: Path) -> list[str]:
     return bad
 
 
-def _partition(artifacts: Path, asset: str) -> Path | None:
-    folders = sorted(p for p in (artifacts / asset).glob("[0-9]*") if p.is_dir())
-    return folders[-1] if folders else None
-
-
 def checkpoint_loads(artifacts: Path) -> bool:
     """The newest ``hir_encoder`` checkpoint loads (safetensors + JSON, no pickle)."""
+    from hir.models.checkpoint import load_model
     from hir.models.graph import load_snapshot
-    from hir.models.trainer import load_model
+    from hir.storage import Artifacts
 
-    folder, snap = _partition(artifacts, "hir_encoder"), _partition(artifacts, "graph_snapshot")
-    if folder is None or snap is None:
+    catalogue = Artifacts(artifacts)
+    encoder, snapshot = catalogue.latest("hir_encoder"), catalogue.latest("graph_snapshot")
+    if encoder is None or snapshot is None:
         return False
-    graph = load_snapshot(snap)
-    load_model(folder, num_edge_types=len(graph.edge_types))
+    graph = load_snapshot(catalogue.snapshot_dir(snapshot))
+    load_model(catalogue.encoder_dir(encoder), num_edge_types=len(graph.edge_types))
     return True
 
 
@@ -219,10 +218,11 @@ def online_consistency(data_home: Path) -> dict[str, int]:
     import pyarrow.parquet as pq
 
     from hir.serving.feast_store import FeastStore, type_name
+    from hir.storage import Artifacts
 
     feast = FeastStore(data_home=str(data_home))
-    emb_dir = _partition(feast.artifacts_dir, "entity_embeddings")
-    table = pq.read_table(emb_dir / "embeddings.parquet", columns=["entity_type", "source_key", "embedding"])
+    catalogue = Artifacts(feast.artifacts_dir)
+    table = pq.read_table(catalogue.embeddings(catalogue.latest("entity_embeddings")), columns=["entity_type", "source_key", "embedding"])
     store = feast.store()
     with sqlite3.connect(str(feast.online_path)) as con:
         tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
@@ -241,15 +241,18 @@ def outputs(data_home: Path) -> dict[str, Any]:
     """Everything a recovered run must reproduce, in comparable form (see :func:`compare`)."""
     import pyarrow.parquet as pq
 
+    from hir.storage import SNAPSHOT_EDGES_FILE, SNAPSHOT_NODES_FILE, Artifacts
+
     artifacts = data_home / "artifacts"
-    snap, emb = _partition(artifacts, "graph_snapshot"), _partition(artifacts, "entity_embeddings")
-    embeddings = pq.read_table(emb / "embeddings.parquet", columns=["entity_id"]) if emb else None
+    catalogue = Artifacts(artifacts)
+    snap, emb = catalogue.latest("graph_snapshot"), catalogue.latest("entity_embeddings")
+    embeddings = pq.read_table(catalogue.embeddings(emb), columns=["entity_id"]) if emb else None
     return {
         "warehouse": warehouse_digest(data_home / "warehouse.duckdb"),
-        "snapshot_nodes": parquet_digest(snap / "nodes.parquet") if snap else None,
-        "snapshot_edges": parquet_digest(snap / "edges.parquet") if snap else None,
-        "embedding_keys": parquet_digest(emb / "embeddings.parquet", ["entity_id", "entity_type", "source_key", "cutoff"]) if emb else None,
-        "embeddings_exact": parquet_digest(emb / "embeddings.parquet") if emb else None,
+        "snapshot_nodes": parquet_digest(catalogue.snapshot_dir(snap) / SNAPSHOT_NODES_FILE) if snap else None,
+        "snapshot_edges": parquet_digest(catalogue.snapshot_dir(snap) / SNAPSHOT_EDGES_FILE) if snap else None,
+        "embedding_keys": parquet_digest(catalogue.embeddings(emb), ["entity_id", "entity_type", "source_key", "cutoff"]) if emb else None,
+        "embeddings_exact": parquet_digest(catalogue.embeddings(emb)) if emb else None,
         "embedding_duplicates": (embeddings.num_rows - len(set(embeddings.column(0).to_pylist()))) if emb else None,
         "partitions": {a.name: sorted(p.name for p in a.iterdir()) for a in sorted(artifacts.iterdir()) if a.is_dir()},
         "leftovers": leftovers(artifacts),
@@ -475,7 +478,7 @@ def hostile_case(kind: str, workdir: Path, m: Mutation, load: bool = True) -> Ca
     # Where an SQL-looking value must come out verbatim: a field of a CSV file, a value of the datamaps.
     expect_verbatim = changed and m.value in SQL_LIKE and (
         (m.how == "field" and target.suffix == ".csv") or (m.how == "json" and "datamaps" in target.name))
-    settings = Settings.from_env({"HIR_DATA_HOME": str(workdir / "home")})
+    settings = Settings.from_mapping({"HIR_DATA_HOME": str(workdir / "home")})
     try:
         batch = read_source(kind, path, settings)
     except SourceError as exc:
@@ -617,7 +620,7 @@ def _row_batch(kind: str, name: str, rows: list[str], workdir: Path, base_rows: 
     with open(folder / "input" / name, "a", encoding="utf-8") as handle:
         handle.write("".join(row + "\n" for row in rows))
     try:
-        batch = read_source(kind, path, Settings.from_env({"HIR_DATA_HOME": str(folder / "home")}))
+        batch = read_source(kind, path, Settings.from_mapping({"HIR_DATA_HOME": str(folder / "home")}))
     except SourceError as exc:
         if "\n" in str(exc).strip() or not str(exc).strip():
             raise AssertionError(f"{kind}: refusal is not one line: {exc!r}") from exc
@@ -646,7 +649,7 @@ def fuzz_rows(cases: int, seed: int, workdir: Path, batch_rows: int = 50) -> dic
     for kind in sorted(ADAPTERS):
         folder = Path(tempfile.mkdtemp(prefix=f"valid-{kind}-", dir=workdir))
         path = ADAPTERS[kind].build(folder / "input")
-        base_rows[kind] = read_source(kind, path, Settings.from_env({"HIR_DATA_HOME": str(folder)})).rows_read
+        base_rows[kind] = read_source(kind, path, Settings.from_mapping({"HIR_DATA_HOME": str(folder)})).rows_read
         for name in ADAPTERS[kind].row_files:
             valid[kind, name] = (folder / "input" / name).read_text(encoding="utf-8").splitlines()
     stats = {"row_cases": 0, "row_batches": 0, "read": 0, "refused": 0, "crashes": 0, "rows_lost": 0}
@@ -696,7 +699,7 @@ def prepare_two_partitions(data_home: Path, n: int = 200, dim: int = 16) -> dict
     """
     from hir.partitions import cutoff_of
     from hir.serving.feast_store import FeastStore, write_feature_tables
-    from hir.storage import write_parquet
+    from hir.storage import Artifacts, write_parquet
 
     feast = FeastStore(data_home=str(data_home))
     days, vectors = ("2026-01-10", "2026-01-11"), []
@@ -704,7 +707,7 @@ def prepare_two_partitions(data_home: Path, n: int = 200, dim: int = 16) -> dict
         table = _feature_embeddings(n, dim, cutoff_of(day), f"v{i}", seed=i)
         src = data_home / "scratch" / day / "embeddings.parquet"
         write_parquet(src, table)
-        out = feast.artifacts_dir / "feature_tables" / day
+        out = Artifacts(feast.artifacts_dir).folder("feature_tables", day)
         out.mkdir(parents=True, exist_ok=True)
         write_feature_tables(src, None, cutoff_of(day), out)
         frame = table.to_pandas()
@@ -819,7 +822,7 @@ def kills(steps: list[str], seed: int, workdir: Path, timeout: float) -> dict[st
     return stats
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     from hir.errors import SettingsError
 
     started = time.perf_counter()

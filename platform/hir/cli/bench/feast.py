@@ -38,7 +38,7 @@ from hir.serving.feast_store import (
     write_feature_tables,
 )
 from hir.settings import Settings
-from hir.storage import atomic_dir, write_parquet
+from hir.storage import Artifacts, atomic_dir, write_parquet
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,13 +82,14 @@ def write_fake_upstream(artifacts_dir: Path, partition: str, counts: Mapping[str
         "model_version": [model_version] * ids.size,
         "cutoff": stamp,
     })
-    write_parquet(artifacts_dir / "entity_embeddings" / partition / "embeddings.parquet", emb)
+    catalogue = Artifacts(artifacts_dir)
+    write_parquet(catalogue.embeddings(partition), emb)
     if with_tokens:
         tokens = [[int(i % 7), 1_000_000 + int(i % 5), 2_000_000 + int(i % 3)] for i in ids]
         tok = pa.table({"entity_id": ids, "entity_type": emb.column("entity_type"), "source_key": emb.column("source_key"),
                         "tokens": pa.array(tokens, pa.list_(pa.int64())),
                         "weights": pa.array([[1.0, 0.5, 0.25]] * ids.size, pa.list_(pa.float32())), "cutoff": stamp})
-        write_parquet(artifacts_dir / "bom_tokens" / partition / "tokens.parquet", tok)
+        write_parquet(catalogue.tokens(partition), tok)
     return vectors
 
 
@@ -173,17 +174,16 @@ def _percentiles(samples: list[float]) -> tuple[float, float]:
     return float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, settings: Settings) -> dict:
     rng = np.random.default_rng(args.seed)
     with tempfile.TemporaryDirectory(prefix="hir-bench-feast-") as tmp:
         home = Path(tmp)
-        settings = Settings.from_env(data_home=home)
+        settings = settings.replace(data_home=home)
         partition = "2026-01-01"
         write_fake_upstream(settings.artifacts_dir, partition, {t: args.population for t in RANKER_TYPES}, args.dim, args.seed)
-        with atomic_dir(settings.artifacts_dir / "feature_tables" / partition) as out:
-            write_feature_tables(settings.artifacts_dir / "entity_embeddings" / partition / "embeddings.parquet",
-                                 settings.artifacts_dir / "bom_tokens" / partition / "tokens.parquet",
-                                 cutoff_of(partition), out)
+        catalogue = Artifacts(settings.artifacts_dir)
+        with atomic_dir(catalogue.folder("feature_tables", partition)) as out:
+            write_feature_tables(catalogue.embeddings(partition), catalogue.tokens(partition), cutoff_of(partition), out)
         feast = FeastStore.from_settings(settings)
         store = feast.store()
         with contextlib.redirect_stdout(sys.stderr):

@@ -13,6 +13,8 @@ import argparse
 
 import numpy as np
 
+from hir.settings import Settings
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n", type=int, default=20_000, help="vectors (ignored with --embeddings)")
@@ -39,14 +41,13 @@ def clustered_vectors(n: int, dim: int, coarse: int = 16, fine: int = 8, seed: i
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
-def _vectors(args: argparse.Namespace) -> np.ndarray:
+def _vectors(args: argparse.Namespace, settings: Settings) -> np.ndarray:
     if not args.embeddings:
         return clustered_vectors(args.n, args.dim, seed=args.seed)
     from hir.graph.sources.base import require_file
-    from hir.settings import Settings
     from hir.tokens.bom import read_embeddings
 
-    path = require_file(Settings.from_env().resolve_path(args.embeddings, "--embeddings"), "embeddings")
+    path = require_file(settings.resolve_path(args.embeddings, "--embeddings"), "embeddings")
     return np.ascontiguousarray(read_embeddings(path).vectors)
 
 
@@ -54,7 +55,7 @@ def _mse(x: np.ndarray, approx: np.ndarray) -> float:
     return float(((x - approx) ** 2).sum(1).mean())
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, settings: Settings) -> dict:
     import faiss
     import torch
 
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> dict:
 
     torch.set_num_threads(args.threads)
     faiss.omp_set_num_threads(args.threads)
-    x = _vectors(args)
+    x = _vectors(args, settings)
     n, dim = x.shape
     config = QuantizerConfig(dim=dim, codes=[2**args.nbits] * args.codebooks, iterations=args.iterations, seed=args.seed)
     hir_q = HierarchicalQuantizer(config)

@@ -19,6 +19,8 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from hir.settings import Settings
+
 DAY = 86_400.0
 
 
@@ -37,14 +39,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
 
 
-def _synthetic_days(args: argparse.Namespace, home: Path):
+def _synthetic_days(args: argparse.Namespace, home: Path, settings: Settings):
     """Two snapshot folders (day 1, day 2) and the next day's events ``(src, dst)`` as entity ids."""
     from hir.graph.snapshot import build_snapshot
     from hir.graph.sources.synthetic import generate
     from hir.graph.warehouse import connect, load_batch
-    from hir.settings import Settings
 
-    settings = Settings.from_env(data_home=home, synthetic_days=args.days, seed=args.seed)
+    settings = settings.replace(data_home=home, synthetic_days=args.days, seed=args.seed)
     batch = generate(settings, events=args.events)
     with connect(settings.warehouse_path) as con:
         load_batch(con, batch)
@@ -74,22 +75,21 @@ def _planted_days(args: argparse.Namespace, home: Path):
     return folders, list(zip(events.src[nxt].tolist(), events.dst[nxt].tolist()))
 
 
-def _configs(args: argparse.Namespace, graph, warm: str = ""):
-    from hir.models.sampler import SamplerConfig
-    from hir.models.trainer import TrainConfig, encoder_config_for
-
-    train = TrainConfig(
-        steps=args.steps, batch_size=args.batch, seed=args.seed, warm_start=warm,
-        finetune_steps=args.finetune_steps, checkpoint_every=10 * args.steps,
+def _training_settings(args: argparse.Namespace, settings: Settings) -> Settings:
+    """The settings' training run at this benchmark's sizes."""
+    return settings.replace(
+        train_steps=args.steps, train_batch=args.batch, seed=args.seed, finetune_steps=args.finetune_steps,
+        train_checkpoint_every=10 * args.steps, train_dim=args.dim, train_layers=args.layers,
+        train_heads=args.heads, train_broad_tokens=48, train_narrow_tokens=12,
     )
-    return train, encoder_config_for(graph, args.dim, args.layers, args.heads), SamplerConfig(broad_tokens=48, narrow_tokens=12)
 
 
-def _train(args, graph, out: Path, warm: str = "") -> float:
+def _train(args, settings: Settings, graph, out: Path, warm: str = "") -> float:
     from hir.models.trainer import Trainer
+    from hir.training.configs import training_configs
 
     start = time.perf_counter()
-    Trainer(graph, *_configs(args, graph, warm), out).fit()
+    Trainer(graph, *training_configs(_training_settings(args, settings), graph, warm_start=warm), out).fit()
     return time.perf_counter() - start
 
 
@@ -101,8 +101,9 @@ def engagement_auc(graph, folder: Path, pairs: list[tuple[int, int]], seed: int 
     """
     import torch
 
+    from hir.models.checkpoint import load_model, read_configs
     from hir.models.engagement import auc
-    from hir.models.trainer import embed_all, load_model, read_configs
+    from hir.models.inference import embed_all
 
     ids = graph.entity_id
     src = torch.tensor([p[0] for p in pairs], dtype=torch.int64)
@@ -126,7 +127,7 @@ def engagement_auc(graph, folder: Path, pairs: list[tuple[int, int]], seed: int 
     return auc(pos, neg)
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, settings: Settings) -> dict:
     import torch
 
     from hir.models.graph import load_snapshot
@@ -135,11 +136,11 @@ def run(args: argparse.Namespace) -> dict:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
-        folders, pairs = (_synthetic_days if args.graph == "synthetic" else _planted_days)(args, home)
+        folders, pairs = _synthetic_days(args, home, settings) if args.graph == "synthetic" else _planted_days(args, home)
         day1, day2 = (load_snapshot(f) for f in folders)
-        _train(args, day1, home / "model-day1")
-        scratch_s = _train(args, day2, home / "scratch")
-        warm_s = _train(args, day2, home / "warm", warm=str(home / "model-day1"))
+        _train(args, settings, day1, home / "model-day1")
+        scratch_s = _train(args, settings, day2, home / "scratch")
+        warm_s = _train(args, settings, day2, home / "warm", warm=str(home / "model-day1"))
         scratch_auc = engagement_auc(day2, home / "scratch", pairs, args.seed)
         warm_auc = engagement_auc(day2, home / "warm", pairs, args.seed)
     return {

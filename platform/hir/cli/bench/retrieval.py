@@ -19,6 +19,8 @@ import time
 
 import numpy as np
 
+from hir.settings import Settings
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--items", type=int, default=100_000, help="indexed items")
@@ -80,7 +82,7 @@ def _faiss_ivfpq(items: np.ndarray, queries: np.ndarray):
     return _p50_ms(lambda i: ivf.search(queries[i:i + 1], 100), queries)[0]
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, settings: Settings) -> dict:
     import faiss
     import torch
 

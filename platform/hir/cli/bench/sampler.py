@@ -59,22 +59,22 @@ def synthetic_graph(nodes: int, edges: int, seed: int):
 def _latest_snapshot(settings: Settings):
     """``(graph, label)`` of the newest snapshot partition, or None."""
     from hir.models.graph import load_snapshot
-    from hir.resources import ArtifactStore
+    from hir.storage import META_FILE, Artifacts
 
-    store = ArtifactStore(root=str(settings.artifacts_dir))
-    for partition in reversed(store.partitions("graph_snapshot")):
-        folder = store.path("graph_snapshot", partition)
-        if (folder / "meta.json").exists():
+    catalogue = Artifacts(settings.artifacts_dir)
+    for partition in reversed(catalogue.partitions("graph_snapshot")):
+        folder = catalogue.snapshot_dir(partition)
+        if (folder / META_FILE).exists():
             return load_snapshot(folder), f"snapshot:{folder}"
     return None
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, settings: Settings) -> dict:
     import torch
 
     from hir.models.sampler import ViewSampler
 
-    found = _latest_snapshot(Settings.from_env())
+    found = _latest_snapshot(settings)
     if found is None:
         graph, label = synthetic_graph(args.nodes, args.edges, args.seed), f"synthetic:{args.nodes}n/{args.edges}e power-law"
     else:

@@ -217,13 +217,12 @@ def _timed(fn) -> tuple[tuple[float, float], object]:
     return (time.perf_counter() - wall, time.process_time() - cpu), result
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, settings: Settings) -> dict:
     import pandas as pd
     import pyarrow.parquet as pq
 
     if args.events < 1 or args.repeat < 1:
         raise SettingsError(f"--events ({args.events}) and --repeat ({args.repeat}) must be at least 1")
-    settings = Settings.from_env()
     path = events_file(settings, args.events, args.seed)
     with_pandas = not args.no_pandas and args.events <= PANDAS_MAX_EVENTS
     best = {name: (float("inf"), float("inf")) for name in ("full", "incremental", "pandas")}

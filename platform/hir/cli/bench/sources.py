@@ -48,7 +48,7 @@ def _timed(fn) -> tuple[float, object]:
     return time.perf_counter() - start, out
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, settings: Settings) -> dict:
     from hir.graph.sources import read_source
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> dict:
             path = Path(tmp) / "user_behavior.csv"
             write_rows(path, args.rows, args.seed)
         baseline, _ = _timed(lambda: pd.read_csv(path, header=None))
-        seconds, batch = _timed(lambda: read_source("taobao_userbehavior", path, Settings.from_env()))
+        seconds, batch = _timed(lambda: read_source("taobao_userbehavior", path, settings))
     return {
         "rows": batch.rows_read,
         "accepted": batch.rows_accepted,

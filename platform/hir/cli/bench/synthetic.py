@@ -13,10 +13,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, settings: Settings) -> dict:
     from hir.graph.sources.synthetic import generate
 
-    settings = Settings.from_env(seed=args.seed)
+    settings = settings.replace(seed=args.seed)
     start = time.perf_counter()
     batch = generate(settings, events=args.events)
     seconds = time.perf_counter() - start

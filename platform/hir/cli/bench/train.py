@@ -12,6 +12,8 @@ import argparse
 import tempfile
 import time
 
+from hir.settings import Settings
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=5, help="timed steps")
@@ -51,22 +53,24 @@ def _sync(device) -> None:
         torch.cuda.synchronize()
 
 
-def _trainer(args: argparse.Namespace, device, out: str):
+def _trainer(args: argparse.Namespace, settings: Settings, device, out: str):
     from hir.models.planted import planted_events, snapshot_at
-    from hir.models.sampler import SamplerConfig
-    from hir.models.trainer import TrainConfig, Trainer, encoder_config_for
+    from hir.models.trainer import Trainer
+    from hir.training.configs import training_configs
 
     events = planted_events(users=args.users, items=max(2, args.users // 2), coarse=8, fine_per_coarse=6, events_per_user=20)
     graph, _ = snapshot_at(events, float(events.ts.max()) + 1)
-    backend = "flex" if device.type == "cuda" else "dense"
     total = args.warmup + args.steps + 1
-    config = TrainConfig(steps=total, batch_size=args.batch, checkpoint_every=10 * total, log_every=10 * total, backend=backend)
-    encoder = encoder_config_for(graph, args.dim, args.layers, args.heads)
-    sampler = SamplerConfig(broad_tokens=args.broad_tokens, narrow_tokens=args.narrow_tokens)
-    return Trainer(graph, config, encoder, sampler, out, device=device), config
+    sized = settings.replace(
+        train_steps=total, train_batch=args.batch, train_checkpoint_every=10 * total, train_log_every=10 * total,
+        train_dim=args.dim, train_layers=args.layers, train_heads=args.heads,
+        train_broad_tokens=args.broad_tokens, train_narrow_tokens=args.narrow_tokens,
+    )
+    configs = training_configs(sized, graph, device_type=device.type)
+    return Trainer(graph, *configs, out, device=device), configs.train
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, settings: Settings) -> dict:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -74,7 +78,7 @@ def run(args: argparse.Namespace) -> dict:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device))
     with tempfile.TemporaryDirectory() as out:
-        trainer, config = _trainer(args, device, out)
+        trainer, config = _trainer(args, settings, device, out)
         for _ in range(args.warmup):
             trainer.train_step()
         _sync(device)

@@ -7,14 +7,14 @@ tables. ``synthetic``, ``taobao_userbehavior``, ``movielens``: the temporal prot
 the cut-off, test on the target events after it; Recall@10/50, NDCG@10, MRR, and a cold-start
 slice). The last line with ``--json`` is one JSON object: the data set, hir's figures, every
 baseline's figures, and the run's protocol, settings and seed. The top-level figures are those of
-the scorer named by ``headline`` (:func:`hir.evaluation.protocols.headline_scorer`: ``hir_seq`` on
+the scorer named by ``headline`` (:func:`hir.evaluation.scorers.headline_scorer`: ``hir_seq`` on
 leave-last-out when SASRec runs, else ``hir``); ``hir`` holds every hir scorer's row, and
 ``hir_scorers_beating_every_baseline`` names those above every baseline on Recall@10 and NDCG@10.
 
 hir's figures: the whole pipeline (``hir.cli.runner.run_pipeline``: ingest, world knowledge, snapshot,
 training, embeddings, tokens, Feast, evaluation assets) runs on its own data home
 ``<data home>/eval/<dataset>[_<folder>]`` for the newest complete partition, and the partition's
-entity embeddings score (:func:`hir.evaluation.data.hir_factories`: ``hir``, the user·item cosine over
+entity embeddings score (:func:`hir.evaluation.scorers.hir_factories`: ``hir``, the user·item cosine over
 the encoder's InfoNCE temperature plus the item's log prior; ``hir_recent``, the same queried with
 the user's last items; ``hir_no_prior``, the plain dot product; ``hir_engagement``, ``hir``'s top
 candidates re-ranked by the encoder's engagement head; ``hir_seq``, with ``sasrec`` among the
@@ -34,6 +34,8 @@ import json
 import sys
 import time
 from pathlib import Path
+
+from hir.settings import Settings
 
 HELP = "evaluate retrieval with all baselines on one data set (published or temporal protocol)"
 
@@ -59,11 +61,9 @@ def _progress(message: str) -> None:
     print(f"[hir eval {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, settings: Settings) -> int:
     from hir.errors import SettingsError
-    from hir.settings import Settings
 
-    settings = Settings.from_env()
     seed = settings.seed if args.seed is None else args.seed
     chosen = [b.strip() for b in args.baselines.split(",") if b.strip()]
     unknown = sorted(set(chosen) - set(BASELINES))
@@ -92,25 +92,24 @@ def evaluate_dataset(dataset: str, path: str | None, settings, seed: int, baseli
     """
     import torch
 
-    from hir.evaluation.protocols import protocols as evaluation
+    from hir.evaluation import protocols, scorers
+    from hir.storage import Artifacts
 
     torch.set_num_threads(max(1, settings.threads))
     started = time.perf_counter()
     pipeline = _pipeline(dataset, path, settings, reuse) if with_hir else None
     split, name, ks, key_maps = _split(dataset, path, settings, pipeline)
     _progress(f"{name}: {json.dumps(split.info)}")
-    factories, skipped = evaluation.baseline_factories(split, settings, seed, baselines, max_epochs)
-    results = evaluation.run_scorers(split, factories, ks, _progress)
+    factories, skipped = scorers.baseline_factories(split, settings, seed, baselines, max_epochs)
+    results = protocols.run_scorers(split, factories, ks, _progress)
     report = {"dataset": name}
     hir = {}
     if pipeline is not None:
-        from hir.evaluation.data import hir_factories
-
-        sequence = (lambda: evaluation.sasrec_config(seed, max_epochs)) if "sasrec" in baselines else None
-        hir_scorers = hir_factories(split, pipeline["settings"].artifacts_dir, pipeline["partition"],
-                                    pipeline["settings"], *key_maps, sequence_config=sequence)
-        hir = evaluation.run_scorers(split, hir_scorers, ks, _progress)
-    headline = evaluation.headline_scorer(split.info, hir) if hir else None
+        sequence = (lambda: scorers.sasrec_config(seed, max_epochs)) if "sasrec" in baselines else None
+        hir_scorers = scorers.hir_factories(split, Artifacts(pipeline["settings"].artifacts_dir), pipeline["partition"],
+                                            pipeline["settings"], *key_maps, sequence_config=sequence)
+        hir = protocols.run_scorers(split, hir_scorers, ks, _progress)
+    headline = scorers.headline_scorer(split.info, hir) if hir else None
     for k in ks:
         report[f"recall@{k}"] = hir[headline][f"recall@{k}"] if hir else None
         report[f"ndcg@{k}"] = hir[headline][f"ndcg@{k}"] if hir else None
@@ -118,7 +117,7 @@ def evaluate_dataset(dataset: str, path: str | None, settings, seed: int, baseli
     report["hir"] = hir if hir else "not run"
     report["baselines"] = results
     report["best_baseline"] = max(results, key=lambda b: results[b][f"ndcg@{ks[-1]}"]) if results else None
-    report["hir_scorers_beating_every_baseline"] = evaluation.beating_every_baseline(hir, results) if hir else []
+    report["hir_scorers_beating_every_baseline"] = protocols.beating_every_baseline(hir, results) if hir else []
     report["skipped"] = skipped
     if pipeline is not None:
         report["rankers"] = _rankers(pipeline)
@@ -128,7 +127,7 @@ def evaluate_dataset(dataset: str, path: str | None, settings, seed: int, baseli
                               "report": str(pipeline["settings"].data_home / "reports" / f"evaluation_{pipeline['partition']}.md")}
     report["protocol"] = split.info
     report["seed"] = seed
-    report["settings"] = evaluation.run_settings(settings, max_epochs)
+    report["settings"] = scorers.run_settings(settings, max_epochs)
     report["seconds"] = round(time.perf_counter() - started, 1)
     return report
 
@@ -138,10 +137,10 @@ def _pipeline(dataset: str, path: str | None, settings, reuse: bool) -> dict:
 
     Returns ``{"settings": the data home's settings, "partition": the evaluated day}``.
     """
-    import dataclasses
     import os
 
     from hir.cli.runner import newest_complete_partition, run_pipeline
+    from hir.storage import Artifacts
 
     name = dataset if path is None else f"{dataset}_{Path(path).resolve().name}"
     home = settings.data_home / "eval" / name
@@ -149,10 +148,10 @@ def _pipeline(dataset: str, path: str | None, settings, reuse: bool) -> dict:
     source_path = str(Path(path).resolve()) if path else ""
     env = {"HIR_DATA_HOME": str(home), "HIR_SOURCE": dataset, "HIR_SOURCE_PATH": source_path,
            "DAGSTER_HOME": str(home / "dagster")}
-    os.environ.update(env)  # the assets read their settings from the environment
-    pipeline_settings = dataclasses.replace(settings, data_home=home, source=dataset, source_path=source_path)
+    os.environ.update(env)  # processes a run starts (other executors) read their settings from it
+    pipeline_settings = settings.replace(data_home=home, source=dataset, source_path=source_path)
     partition = newest_complete_partition(pipeline_settings) if pipeline_settings.warehouse_path.exists() else None
-    done = partition is not None and (pipeline_settings.artifacts_dir / "entity_embeddings" / partition / "embeddings.parquet").exists()
+    done = partition is not None and Artifacts(pipeline_settings.artifacts_dir).embeddings(partition).exists()
     if not (reuse and done):
         _progress(f"running the pipeline on {home}")
         run_pipeline(pipeline_settings)
@@ -162,10 +161,10 @@ def _pipeline(dataset: str, path: str | None, settings, reuse: bool) -> dict:
 
 def _split(dataset: str, path: str | None, settings, pipeline: dict | None):
     """The split, report name, cut-offs K and hir's key maps (split key → entity source key)."""
-    from hir.evaluation.protocols import protocols as evaluation
+    from hir.evaluation import protocols
 
     if dataset == "amazon_seq":
-        split = evaluation.amazon_split(Path(path))
+        split = protocols.amazon_split(Path(path))
         return split, f"amazon_{split.info['dataset']}", (5, 10), _amazon_key_maps(Path(path))
     if pipeline is not None:
         from hir.evaluation.data import partition_split
@@ -178,8 +177,8 @@ def _split(dataset: str, path: str | None, settings, pipeline: dict | None):
     from hir.graph.sources import read_source
 
     batch = read_source(dataset, path, settings)
-    split = evaluation.temporal_split(batch.events, batch.entities, batch.content,
-                                      evaluation.TEMPORAL_TARGETS[dataset], settings.test_days)
+    split = protocols.temporal_split(batch.events, batch.entities, batch.content,
+                                     protocols.TEMPORAL_TARGETS[dataset], settings.test_days)
     return split, dataset, (10, 50), ()
 
 
@@ -199,7 +198,9 @@ def _amazon_key_maps(path: Path) -> tuple:
 
 def _rankers(pipeline: dict) -> dict:
     """The pipeline's ``ranker_eval`` figures (AUC etc. with and without hir features)."""
-    results = pipeline["settings"].artifacts_dir / "ranker_eval" / pipeline["partition"] / "results.json"
+    from hir.storage import Artifacts
+
+    results = Artifacts(pipeline["settings"].artifacts_dir).results("ranker_eval", pipeline["partition"])
     if not results.exists():
         return {"status": "not run"}
     return json.loads(results.read_text(encoding="utf-8"))["results"]

@@ -42,10 +42,9 @@ def lookup(feast: "FeastStore", entity_type: str, keys: list[str]) -> list[dict]
             for i, key in enumerate(got[join_key(t)])]
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, settings: Settings) -> int:
     from hir.serving.feast_store import FeastStore
 
-    settings = Settings.from_env(**({"data_home": args.data_home} if args.data_home else {}))
     rows = lookup(FeastStore.from_settings(settings), args.entity_type, list(args.keys))
     if args.json:
         print(json.dumps({"entity_type": args.entity_type, "rows": rows}))

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 
+from hir.settings import Settings
+
 HELP = "retrieve entities for a user (or any entity) by Bag-of-Meaning token overlap"
 
 
@@ -26,20 +28,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-home", help="data home (default HIR_DATA_HOME or ./.hir)")
 
 
-def run(args: argparse.Namespace) -> int:
-    import os
-
+def run(args: argparse.Namespace, settings: Settings) -> int:
     import torch
 
     from hir.errors import SettingsError
-    from hir.settings import Settings
     from hir.tokens.bom import describe, find_bag, load_store
 
-    if args.data_home:
-        os.environ["HIR_DATA_HOME"] = os.path.abspath(args.data_home)
     if args.k < 1:
         raise SettingsError(f"--k must be at least 1, got {args.k}")
-    settings = Settings.from_env()
     store = load_store(settings, args.partition)
     bag = find_bag(store, args.query_type, args.key)
     tokens = torch.tensor(bag["tokens"], dtype=torch.int64)
@@ -76,8 +72,9 @@ def evaluated_item_type(settings, partition: str) -> str:
     from hir.evaluation.data import partition_split
     from hir.graph.warehouse import connect
     from hir.partitions import cutoff_of
+    from hir.storage import Artifacts
 
-    saved = settings.artifacts_dir / "baselines" / partition / "results.json"
+    saved = Artifacts(settings.artifacts_dir).results("baselines", partition)
     if saved.exists():
         return json.loads(saved.read_text(encoding="utf-8"))["protocol"]["item_type"]
     with connect(settings.warehouse_path, read_only=True) as con:

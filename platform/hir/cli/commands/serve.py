@@ -21,10 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-home", help="data home (default HIR_DATA_HOME or ./.hir)")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, settings: Settings) -> int:
     from hir.serving.feast_store import FeastStore
 
-    settings = Settings.from_env(**({"data_home": args.data_home} if args.data_home else {}))
     feast = FeastStore.from_settings(settings)
     feast.require_registry()
     port = args.port or settings.feast_port

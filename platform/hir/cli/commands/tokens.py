@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+from hir.settings import Settings
+
 HELP = "show the Bag-of-Meaning tokens of an entity, with weights and descriptions"
 
 
@@ -18,15 +20,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-home", help="data home (default HIR_DATA_HOME or ./.hir)")
 
 
-def run(args: argparse.Namespace) -> int:
-    import os
-
-    from hir.settings import Settings
+def run(args: argparse.Namespace, settings: Settings) -> int:
     from hir.tokens.bom import describe, find_bag, load_store
 
-    if args.data_home:
-        os.environ["HIR_DATA_HOME"] = os.path.abspath(args.data_home)
-    store = load_store(Settings.from_env(), args.partition, with_vectors=False)
+    store = load_store(settings, args.partition, with_vectors=False)
     bag = find_bag(store, args.entity_type, args.key)
     print(f"{args.entity_type} {args.key} (entity {bag['entity_id']}, partition {store.partition}): {len(bag['tokens'])} tokens")
     for token, weight in sorted(zip(bag["tokens"], bag["weights"]), key=lambda p: (p[0] // 1_000_000, -p[1])):

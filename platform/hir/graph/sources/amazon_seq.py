@@ -42,7 +42,7 @@ import pandas as pd
 
 from hir.errors import SourceError
 from hir.graph.sources.base import SourceBatch, require_file
-from hir.graph.sources.validate import Table, make_batch, read_lines
+from hir.graph.sources.validate import LINE, Table, make_batch, read_lines
 from hir.settings import Settings
 
 SOURCE = "amazon_seq"
@@ -76,13 +76,37 @@ def _datamaps(path: Path) -> dict:
     return maps
 
 
-def _sequences(path: Path, maps: dict) -> tuple[Table, pd.DataFrame]:
-    """Validate the sequence lines; return the table and one row per interaction (user, item, ts)."""
+def read_sequences(path: Path) -> tuple[Table, pd.Series]:
+    """The sequence file's lines (a :class:`Table`, so that bad ones can be rejected) and each line's
+    tokens ``[user, item, item, ...]`` (``[]`` for a blank line). The one parser of the format."""
     table = read_lines(path, "sequence file")
     first = table.frame["line"].iloc[0] if len(table.frame) else ""
     if "," in first or ";" in first:
         raise SourceError(f"{path}: wrong delimiter: expected space-separated ids (`user item item ...`), the first line holds {',' if ',' in first else ';'}")
-    tokens = table.frame["line"].astype(object).str.split()
+    return table, table.frame["line"].astype(object).str.split()
+
+
+def user_sequences(path: Path) -> tuple[list[str], list[list[str]]]:
+    """User ids and their item ids, line by line as the sequence file holds them, without the datamaps
+    (the published leave-last-out protocol reads the file alone). Blank lines are skipped; a line
+    without items, or a file without users, raises :class:`SourceError` naming the file (and line)."""
+    table, tokens = read_sequences(path)
+    users, sequences = [], []
+    for number, parts in zip(table.frame[LINE], tokens):
+        if not parts:
+            continue
+        if len(parts) < 2:
+            raise SourceError(f"{path}:{number}: user {parts[0]!r} has no items")
+        users.append(parts[0])
+        sequences.append(parts[1:])
+    if not users:
+        raise SourceError(f"{path}: no user sequences")
+    return users, sequences
+
+
+def _sequences(path: Path, maps: dict) -> tuple[Table, pd.DataFrame]:
+    """Validate the sequence lines; return the table and one row per interaction (user, item, ts)."""
+    table, tokens = read_sequences(path)
     table.frame = table.frame.assign(user=tokens.str[0].fillna(""), n_items=tokens.str.len().fillna(0) - 1)
     table.reject(table.frame["user"] == "", "empty line")
     table.reject(table.frame["n_items"] < 1, "no items after user", quote="user")
@@ -136,7 +160,7 @@ def _item_attributes(item2attrs: dict, maps: dict) -> pd.DataFrame:
     ).drop_duplicates()
 
 
-def _texts(path: Path | None) -> pd.Series:
+def read_item_texts(path: Path | None) -> pd.Series:
     """ASIN → short text from the ``*_textual_ids.txt`` file (empty when there is none)."""
     if path is None:
         return pd.Series(dtype=object)
@@ -187,6 +211,6 @@ def read(path: Path, settings: Settings) -> SourceBatch:
     relations = pd.DataFrame({"src_type": "product", "src_key": attrs["asin"], "dst_type": attrs["kind"],
                               "dst_key": attrs["name"], "relation": np.where(attrs["kind"] == "brand", "of_brand", "in_category"),
                               "valid_from": attrs["asin"].map(first)})
-    content = _content(pd.Series(first.index), attrs, _texts(text_path))
+    content = _content(pd.Series(first.index), attrs, read_item_texts(text_path))
     files = [p for p in (seq, maps_path, attrs_path, text_path) if p is not None]
     return make_batch(SOURCE, path, files, [table], events=events, relations=relations, content=content)

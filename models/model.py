@@ -1,0 +1,158 @@
+"""The HIR model and its training configuration (DESIGN §7): encoder, projection head, two-level
+prototypes and engagement head, sized for a snapshot by :func:`encoder_config_for`.
+
+:class:`WorldKnowledge` hands the model each view token's world-knowledge vector. Modules and
+configs only: checkpoints are :mod:`hir.models.checkpoint`, training :mod:`hir.models.trainer`,
+inference :mod:`hir.models.inference`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn as nn
+from hir.models.encoder import EncoderConfig, HIREncoder, gather_wk
+from hir.models.engagement import EngagementHead, engagement_loss
+from hir.models.graph import TemporalGraph
+from hir.models.losses import Prototypes
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that determines a training run (with the encoder and sampler configs)."""
+
+    steps: int = 300  # optimiser steps of a run from scratch
+    batch_size: int = 64  # positive edges per step and process (anchors = 4 × batch_size)
+    lr: float = 5e-3  # peak AdamW learning rate
+    weight_decay: float = 0.04  # AdamW weight decay on matrices (not on norms, biases, prototypes)
+    warmup_steps: int = 20  # linear learning-rate warm-up
+    min_lr_ratio: float = 0.1  # cosine decay floor as a share of ``lr``
+    ema_start: float = 0.9  # teacher momentum m₀ at step 0, rising to ``ema_end``
+    ema_end: float = 1.0
+    coarse: int = 8  # K₁ coarse prototypes
+    fine: int = 48  # K₂ fine prototypes
+    proj_dim: int = 64  # projection width in which prototypes live
+    student_temperature: float = 0.1  # τ of the student's softmax
+    sinkhorn_eps: float = 0.05  # ε of the Sinkhorn-Knopp targets
+    sinkhorn_iters: int = 3
+    standardize_scores: bool = True  # z-score teacher scores per prototype before Sinkhorn-Knopp
+    narrow_views: int = 2  # narrow (student) views per anchor
+    w_proto: float = 1.0  # weight of the prototype cross-entropy
+    w_pair: float = 1.0  # weight of the cross-entity term: u's student predicts v's teacher target
+    w_hier: float = 0.5  # weight of the hierarchy consistency
+    w_eng: float = 1.0  # weight of the engagement loss
+    w_nce: float = 4.0  # weight of the InfoNCE between the student representations of u and v
+    nce_temperature: float = 0.1  # T of that InfoNCE
+    grad_clip: float = 1.0  # max gradient norm
+    checkpoint_every: int = 100  # steps between checkpoints (and one at the end)
+    log_every: int = 10  # steps between metric records
+    seed: int = 0
+    backend: str = "dense"  # attention backend while training: dense (CPU) or flex (GPU)
+    warm_start: str = ""  # checkpoint folder to start from (weights and prototypes), "" for scratch
+    finetune_steps: int = 50  # steps of a warm-started run
+    finetune_lr: float = 2e-3  # peak learning rate of a warm-started run
+
+    @property
+    def total_steps(self) -> int:
+        return self.finetune_steps if self.warm_start else self.steps
+
+
+class HIRModel(nn.Module):
+    """Encoder, projection head, two-level prototypes and engagement head.
+
+    With world knowledge, the representation is ``h = enc(view) + LN(W_c · pooled wk)`` (see
+    :meth:`pooled_content`): content reaches ``h`` directly instead of only through attention.
+
+    Args:
+        encoder_config: the encoder's configuration (its ``dim`` is the representation width).
+        config: the training configuration (prototype counts, projection width).
+        num_edge_types: engagement types known to the engagement head.
+    """
+
+    def __init__(self, encoder_config: EncoderConfig, config: TrainConfig, num_edge_types: int):
+        super().__init__()
+        dim = encoder_config.dim
+        self.encoder = HIREncoder(encoder_config)
+        self.projector = nn.Sequential(nn.Linear(dim, dim), nn.GELU(), nn.Linear(dim, config.proj_dim))
+        self.prototypes = Prototypes(config.proj_dim, config.coarse, config.fine)
+        self.engagement = EngagementHead(dim, num_edge_types, hidden=dim)
+        self.content = nn.Sequential(nn.Linear(encoder_config.wk_dim, dim), nn.LayerNorm(dim)) if encoder_config.wk_dim else None
+
+    def pooled_content(self, view, wk: tuple) -> torch.Tensor:
+        """``LN(W_c · Σ_s a_s wk_s / Σ_s a_s)`` ``[B, dim]``: the view's world knowledge pooled with
+        ``a_s = has_s · (p_s + [hop_s = 0])`` (``p`` the random-walk landing probability), so a node
+        without content (a user) is described by the content of what it engaged with."""
+        vectors, has = wk
+        weight = has.float() * (view.rw_prob.clamp(0, 1) + (view.hop == 0).float())
+        pooled = (weight.unsqueeze(-1) * vectors).sum(1) / weight.sum(1, keepdim=True).clamp_min(1e-6)
+        return self.content(pooled)
+
+    def embed(self, view, wk: tuple | None, backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Representation ``h`` ``[B, dim]`` and prototype scores ``([B, K₁], [B, K₂])`` of a view.
+
+        ``wk`` is ``(vectors [B, S, d], has [B, S])`` from :meth:`WorldKnowledge.per_token` or ``None``.
+        """
+        h = self.encoder(view, wk=wk[0] if wk else None, backend=backend, has_wk=wk[1] if wk else None)
+        if wk is not None and self.content is not None:
+            h = h + self.pooled_content(view, wk)
+        coarse, fine = self.prototypes.scores(self.projector(h))
+        return h, coarse, fine
+
+    def forward(self, views: list, wks: list, backend: str, pairs: dict[str, torch.Tensor]):
+        """Student pass over narrow views and the engagement loss on the first view.
+
+        Args:
+            views, wks: narrow views and their per-token world knowledge (or ``None``).
+            backend: attention backend.
+            pairs: ``u, v, rand, pop`` row indices into the view batch, ``perm`` the in-batch
+                permutation, ``edge_type`` and ``age`` (days) of the positive edges.
+
+        Returns:
+            ``(outputs, engagement loss, positive logits, negative logits)`` where ``outputs`` is
+            one ``(h, coarse scores, fine scores)`` per view.
+        """
+        outputs = [self.embed(view, wk, backend) for view, wk in zip(views, wks)]
+        h = outputs[0][0]
+        v = h[pairs["v"]]
+        loss, pos, neg = engagement_loss(
+            self.engagement, h[pairs["u"]], v, [h[pairs["rand"]], h[pairs["pop"]], v[pairs["perm"]]],
+            pairs["edge_type"], pairs["age"],
+        )
+        return outputs, loss, pos, neg
+
+
+def encoder_config_for(graph: TemporalGraph, dim: int, layers: int, heads: int, wk_dim: int = 0, **extra: Any) -> EncoderConfig:
+    """An encoder config sized for ``graph``: its node and edge types and metadata width.
+
+    Args:
+        graph: the snapshot; ``dim``, ``layers``, ``heads``: model size; ``wk_dim``: world
+            knowledge width (0 for none); ``extra``: any other :class:`EncoderConfig` field.
+    """
+    return EncoderConfig(
+        dim=dim, layers=layers, heads=heads, wk_dim=wk_dim,
+        num_node_types=max(1, len(graph.node_types)), num_edge_types=max(1, len(graph.edge_types)),
+        meta_dim=int(graph.node_features.shape[1]), **extra,
+    )
+
+
+@dataclass
+class WorldKnowledge:
+    """Per-node world-knowledge vectors ``vectors`` ``[N, d]`` and ``has`` ``[N]`` (True where a node has any)."""
+
+    vectors: torch.Tensor
+    has: torch.Tensor
+
+    @classmethod
+    def of(cls, vectors: torch.Tensor | None) -> "WorldKnowledge | None":
+        """Wrap ``[N, d]`` vectors (all-zero rows mean "none"); ``None`` stays ``None``."""
+        if vectors is None:
+            return None
+        vectors = vectors.float()
+        return cls(vectors, vectors.ne(0).any(dim=1))
+
+    def per_token(self, view) -> tuple[torch.Tensor, torch.Tensor]:
+        """``([B, S, d] vectors, [B, S] has)`` of the view's tokens (see :func:`gather_wk`)."""
+        device = view.node.device
+        return gather_wk(view, self.vectors.to(device), self.has.to(device))

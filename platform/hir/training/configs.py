@@ -1,0 +1,54 @@
+"""The one mapping from settings to everything a training run needs.
+
+The ``hir_encoder`` asset, the training benchmarks and the ``torchrun`` entry point all build their
+configs here, so a checkpoint written by one is the checkpoint another expects (a checkpoint
+stores its configs and is refused when they differ, see ``hir.models`` checkpoint checks).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from hir.models.encoder import EncoderConfig
+from hir.models.sampler import SamplerConfig
+from hir.models.model import TrainConfig, encoder_config_for
+from hir.settings import Settings
+
+
+class TrainingConfigs(NamedTuple):
+    """``Trainer(graph, *configs, ...)`` takes them in this order."""
+
+    train: TrainConfig
+    encoder: EncoderConfig
+    sampler: SamplerConfig
+
+
+def training_backend(device_type: str) -> str:
+    """FlexAttention trains on GPU; on CPU it has no backward, so training there is dense."""
+    return "flex" if device_type == "cuda" else "dense"
+
+
+def training_configs(settings: Settings, graph, wk_dim: int = 0, device_type: str = "cpu",
+                     warm_start: str = "") -> TrainingConfigs:
+    """Train, encoder and sampler configs of ``settings`` for ``graph``.
+
+    Args:
+        settings: the ``HIR_TRAIN_*`` sizes, loss weights and schedule, ``HIR_SEED``,
+            ``HIR_FINETUNE_STEPS``.
+        graph: the snapshot (a ``TemporalGraph``); its node and edge types size the encoder.
+        wk_dim: width of the world-knowledge vectors (0: none).
+        device_type: ``"cpu"`` or ``"cuda"``; picks the training attention backend.
+        warm_start: checkpoint folder to fine-tune from ("" trains from scratch).
+    """
+    train = TrainConfig(
+        steps=settings.train_steps, batch_size=settings.train_batch, lr=settings.train_lr,
+        coarse=settings.train_coarse, fine=settings.train_fine, w_proto=settings.train_w_proto,
+        w_pair=settings.train_w_pair, w_hier=settings.train_w_hier, w_eng=settings.train_w_eng,
+        w_nce=settings.train_w_nce, narrow_views=settings.train_narrow_views,
+        checkpoint_every=settings.train_checkpoint_every, log_every=settings.train_log_every,
+        seed=settings.seed, backend=training_backend(device_type), warm_start=warm_start,
+        finetune_steps=settings.finetune_steps,
+    )
+    encoder = encoder_config_for(graph, settings.train_dim, settings.train_layers, settings.train_heads, wk_dim=wk_dim)
+    sampler = SamplerConfig(broad_tokens=settings.train_broad_tokens, narrow_tokens=settings.train_narrow_tokens)
+    return TrainingConfigs(train, encoder, sampler)
