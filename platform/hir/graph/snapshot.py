@@ -83,11 +83,12 @@ HALF_LIVES = "snapshot_half_lives"
 STATE_TYPES = "snapshot_state_types"
 
 # Edge types over the whole warehouse, so ids are stable across partitions: 0-based id in name
-# order, the half-life in days (the setting's default for a type it does not list) and the decay
-# rate ln 2 / half-life per microsecond. followed_by is a type whenever sequence events are
-# configured, whether or not any occur yet.
+# order, the half-life in days (the setting's default for a type it does not list), the decay
+# rate ln 2 / half-life per microsecond and whether it is a sequence event type. followed_by is a
+# type whenever sequence events are configured, whether or not any occur yet.
 EDGE_TYPES = f"""
-SELECT edge_type, edge_type_id, half_life_days, ln(2.0) / (86400e6 * half_life_days) AS rate
+SELECT edge_type, edge_type_id, half_life_days, ln(2.0) / (86400e6 * half_life_days) AS rate,
+       list_contains(CAST($sequence_events AS VARCHAR[]), edge_type) AS sequence
 FROM (SELECT t.edge_type,
              row_number() OVER (ORDER BY t.edge_type) - 1 AS edge_type_id,
              coalesce(h.half_life_days, $default_half_life) AS half_life_days
@@ -119,10 +120,21 @@ WHERE previous IS NOT NULL AND previous <> dst
 # incremental step at the cut-off of the state it advances.
 WINDOW = "ts >= CAST($start AS TIMESTAMPTZ) AND ts < $cutoff"
 
-# The window's sequence events, kept for the transitions and the new sequence state.
-FRESH_SEQUENCES = f"""
-SELECT src, event_type, dst, ts FROM events {SEQUENCE_EVENTS}
+# The events of the window with their type ids and weights at the cut-off, read from the log once
+# per step (snap_window): the edges, the sequences and the day fingerprints are computed from it, and
+# each further pass over the log would cost as much as this one.
+WINDOW_EVENTS = f"""
+SELECT src, dst, t.edge_type_id, ts, {WEIGHT.format(ts="ts")} AS weight
+FROM events
+JOIN snap_edge_types t ON t.edge_type = event_type
 WHERE {WINDOW}
+"""
+
+# The window's sequence events, kept for the transitions and the new sequence state.
+FRESH_SEQUENCES = """
+SELECT w.src, t.edge_type AS event_type, w.dst, w.ts
+FROM snap_window w JOIN snap_edge_types t USING (edge_type_id)
+WHERE t.sequence
 """
 
 # Transitions whose later event lies in the window. The first event of a user and type in the
@@ -140,10 +152,7 @@ WHERE previous IS NOT NULL AND previous <> dst
 
 # One row per event and transition of the window, with its decayed weight at the cut-off.
 STEP_ROWS = f"""
-SELECT src, dst, t.edge_type_id, ts, {WEIGHT.format(ts="ts")} AS weight
-FROM events
-JOIN snap_edge_types t ON t.edge_type = event_type
-WHERE {WINDOW}
+SELECT src, dst, edge_type_id, ts, weight FROM snap_window
 UNION ALL
 SELECT q.src, q.dst, t.edge_type_id, q.ts, {WEIGHT.format(ts="q.ts")}
 FROM ({STEP_TRANSITIONS}) q
@@ -207,13 +216,13 @@ FROM (SELECT src, event_type, max({'ts': ts, 'dst': dst}) AS last
 DAY = "CAST(floor(epoch_us(ts) / 86400000000.0) AS BIGINT)"
 DAY_FINGERPRINTS = f"""
 SELECT {DAY} AS day, count(*) AS events, bit_xor(hash(src, dst, ts)) AS checksum
-FROM events
+FROM {{table}}
 """
 
 # The fingerprints of every day before the cut-off: the stored ones and the window's, merged per day.
 STEP_DAYS = f"""
 SELECT day, CAST(sum(events) AS BIGINT) AS events, bit_xor(checksum) AS checksum
-FROM ({DAY_FINGERPRINTS} WHERE {WINDOW} GROUP BY day
+FROM ({DAY_FINGERPRINTS.format(table="snap_window")} GROUP BY day
       UNION ALL
       SELECT day, events, checksum FROM snap_prev_days)
 GROUP BY day
@@ -223,7 +232,7 @@ GROUP BY day
 # events), oldest first, with the number of events added since.
 CHANGED_DAYS = f"""
 SELECT day, coalesce(c.events, 0) - coalesce(s.events, 0) AS added
-FROM ({DAY_FINGERPRINTS} WHERE ts < $base GROUP BY day) c
+FROM ({DAY_FINGERPRINTS.format(table="events")} WHERE ts < $base GROUP BY day) c
 FULL JOIN read_parquet($state_days) s USING (day)
 WHERE c.events IS DISTINCT FROM s.events OR c.checksum IS DISTINCT FROM s.checksum
 ORDER BY day
@@ -539,11 +548,12 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
     }
     try:
         _load_previous(con, base, values)
-        con.execute(f"CREATE OR REPLACE TEMP TABLE snap_fresh_sequences AS {FRESH_SEQUENCES}", _bind(FRESH_SEQUENCES, values))
+        con.execute(f"CREATE OR REPLACE TEMP TABLE snap_window AS {WINDOW_EVENTS}", _bind(WINDOW_EVENTS, values))
+        con.execute(f"CREATE OR REPLACE TEMP TABLE snap_fresh_sequences AS {FRESH_SEQUENCES}")
         for query, name in ((ADVANCED_EDGES if base else STEP_EDGES, "edges"), (STEP_SEQUENCES, "sequences"), (STEP_DAYS, "days")):
             con.execute(f"COPY ({query}) TO $path {STATE_FORMAT}", {**_bind(query, values), "path": str(folder / f"{name}.parquet")})
     finally:
-        for table in ("snap_fresh_sequences", "snap_prev_sequences", "snap_prev_days", "snap_prev_types"):
+        for table in ("snap_window", "snap_fresh_sequences", "snap_prev_sequences", "snap_prev_days", "snap_prev_types"):
             con.execute(f"DROP TABLE IF EXISTS {table}")
     types = con.execute("SELECT edge_type, half_life_days FROM snap_edge_types ORDER BY edge_type_id").fetchall()
     write_json(folder / "state.json", {
