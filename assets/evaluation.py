@@ -5,9 +5,12 @@ target events of the test window (``eval_windows``), full ranking over every ite
 type (:func:`hir.evaluation.data.partition_split`).
 
 * ``baselines`` — the cheap baselines of ``HIR_EVAL_BASELINES`` (popularity, co-occurrence, ALS,
-  text-only world knowledge; LightGCN and SASRec when listed there).
+  text-only world knowledge; LightGCN when listed there).
 * ``retrieval_eval`` — hir's scorers (embedding dot product, Bag-of-Meaning overlap) beside the
-  baselines: Recall@K, NDCG@K, MRR, and the cold-start slice.
+  baselines, and, when ``HIR_EVAL_BASELINES`` lists SASRec, the SASRec family over
+  ``HIR_EVAL_SEEDS`` seeds (SASRec, hir_seq and its controls started from text vectors or ALS
+  factors; :func:`hir.evaluation.scorers.sequence_family`, as ``hir eval`` runs it): Recall@K,
+  NDCG@K, MRR, and the cold-start slice. hir's own scorer heads it, by rule.
 * ``ranker_eval`` — click and conversion rankers with base features only and with hir features
   read point-in-time from Feast (:mod:`hir.evaluation.rankers`).
 * ``token_quality`` — NMI with the planted interests (synthetic), category purity (relations),
@@ -64,11 +67,11 @@ def _cold_table(results: dict) -> str:
     return _metric_table(cold) if cold else "no cold-start targets in the test window"
 
 
-def _world_knowledge_factory(artifacts: ArtifactStore, warehouse: Warehouse, split):
-    """text-only world knowledge: items' world_knowledge vectors, users = mean of their history."""
+def _world_knowledge_vectors(artifacts: ArtifactStore, warehouse: Warehouse, split):
+    """``[n_items, d]`` world_knowledge vectors of the split's items (zero rows where none), the
+    text-only baseline's and ``sasrec_text``'s; ``None`` when no item has one."""
     import numpy as np
     import pyarrow.parquet as pq
-    from hir.models.baselines.text_world_knowledge import TextScorer
 
     path = artifacts.catalogue.world_knowledge()
     if not path.exists():
@@ -86,9 +89,7 @@ def _world_knowledge_factory(artifacts: ArtifactStore, warehouse: Warehouse, spl
     for n, key in enumerate(split.item_keys):
         if str(key) in slot:
             items[n] = vectors[slot[str(key)]]
-    if not items.any():
-        return None
-    return lambda: TextScorer(items)
+    return items if items.any() else None
 
 
 @dg.asset(
@@ -101,25 +102,27 @@ def _world_knowledge_factory(artifacts: ArtifactStore, warehouse: Warehouse, spl
     description=(
         "Baseline retrievers fitted on the events before the cut-off and scored on the test window "
         "(full ranking): time-decayed popularity, recency-weighted item co-occurrence, ALS, text-only "
-        "world knowledge; LightGCN and SASRec when HIR_EVAL_BASELINES lists them."
+        "world knowledge; LightGCN when HIR_EVAL_BASELINES lists it (SASRec runs in retrieval_eval)."
     ),
 )
 def baselines(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse, hir_settings: SettingsResource) -> dg.MaterializeResult:
     from hir.evaluation.protocols import run_scorers
     from hir.evaluation.scorers import baseline_factories
+    from hir.models.baselines.text_world_knowledge import TextScorer
 
     settings = hir_settings.get()
     partition = context.partition_key
     split = _split(warehouse, partition, settings)
     names = [n.strip() for n in settings.eval_baselines.split(",") if n.strip()]
     max_epochs = settings.eval_max_epochs or None
-    factories, skipped = baseline_factories(split, settings, settings.seed, [n for n in names if n != "text_world_knowledge"], max_epochs)
+    once = [n for n in names if n not in {"text_world_knowledge", "sasrec"}]
+    factories, skipped = baseline_factories(split, settings, settings.seed, once, max_epochs)
     if "text_world_knowledge" in names:
-        text = _world_knowledge_factory(artifacts, warehouse, split)
+        text = _world_knowledge_vectors(artifacts, warehouse, split)
         if text is None:
             skipped["text_world_knowledge"] = "no world knowledge vectors for the items"
         else:
-            factories["text_world_knowledge"] = text
+            factories["text_world_knowledge"] = lambda: TextScorer(text)
     results = run_scorers(split, factories, KS, context.log.info) if len(split.test.users) else {}
     payload = {"results": results, "skipped": skipped, "protocol": split.info, "seed": settings.seed,
                "baselines": names, "max_epochs": max_epochs}
@@ -145,31 +148,46 @@ def baselines(context: dg.AssetExecutionContext, artifacts: ArtifactStore, wareh
         "Future-interaction retrieval on the test window, full ranking: hir (entity embedding cosine "
         "over the encoder's InfoNCE temperature plus the item's log prior; hir_recent, queried with "
         "the user's last items; the plain dot product as hir_no_prior; hir's top 200 re-ranked by the "
-        "engagement head as hir_engagement; where SASRec runs, SASRec started from hir's item embeddings "
-        "as hir_seq; Bag-of-Meaning token overlap) "
-        "beside every baseline of the same split. "
+        "engagement head as hir_engagement; Bag-of-Meaning token overlap) "
+        "beside every baseline of the same split; where HIR_EVAL_BASELINES lists SASRec, SASRec, SASRec started "
+        "from hir's item embeddings (hir_seq) and its controls started from the text world-knowledge vectors "
+        "(sasrec_text) or ALS factors (sasrec_als), over HIR_EVAL_SEEDS seeds (mean and std). "
         "Recall@K, NDCG@K, MRR, and the cold-start slice (targets unseen before the cut-off)."
     ),
 )
 def retrieval_eval(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse, hir_settings: SettingsResource) -> dg.MaterializeResult:
     from hir.evaluation.protocols import beating_every_baseline, run_scorers
-    from hir.evaluation.scorers import hir_factories, sasrec_config
+    from hir.evaluation.scorers import (
+        HEADLINE_RULE,
+        HEADLINE_SCORER,
+        hir_factories,
+        hir_item_table,
+        run_sequence_family,
+        seeds_of,
+    )
 
     settings = hir_settings.get()
     partition = context.partition_key
     base = _read_results(artifacts, "baselines", partition)
     split = _split(warehouse, partition, settings)
-    # hir_seq runs where the SASRec baseline does, with its configuration
-    sequence = (lambda: sasrec_config(settings.seed, settings.eval_max_epochs or None)) if "sasrec" in base["results"] else None
-    factories = hir_factories(split, artifacts.catalogue, partition, settings, sequence_config=sequence)
+    factories = hir_factories(split, artifacts.catalogue, partition, settings)
     if "hir" not in factories:
         raise SourceError(f"entity_embeddings {partition} is missing; materialise it first")
     hir = run_scorers(split, factories, KS, context.log.info) if len(split.test.users) else {}
-    results = {**hir, **base["results"]}
-    payload = {"results": results, "hir_scorers": sorted(hir), "protocol": split.info, "seed": settings.seed}
+    baseline_rows, skipped = dict(base["results"]), {}
+    seeds = seeds_of(settings.seed, settings.eval_seeds)
+    if "sasrec" in base["baselines"] and len(split.test.users):
+        text = _world_knowledge_vectors(artifacts, warehouse, split)  # the text baseline's vectors
+        hir_seq, family, skipped = run_sequence_family(
+            split, settings, seeds, settings.eval_max_epochs or None, KS, hir_item_table(split, artifacts.catalogue, partition),
+            None if text is None else lambda: text, context.log.info)
+        hir, baseline_rows = hir | hir_seq, baseline_rows | family
+    results = {**hir, **baseline_rows}
+    payload = {"results": results, "hir_scorers": sorted(hir), "headline": HEADLINE_SCORER, "headline_rule": HEADLINE_RULE,
+               "protocol": split.info, "seed": settings.seed, "seeds": seeds, "skipped": skipped}
     _write_results(artifacts, "retrieval_eval", partition, payload)
-    best = max(base["results"], key=lambda n: base["results"][n]["ndcg@10"]) if base["results"] else None
-    beating = beating_every_baseline(hir, base["results"])
+    best = max(baseline_rows, key=lambda n: baseline_rows[n]["ndcg@10"]) if baseline_rows else None
+    beating = beating_every_baseline(hir, baseline_rows)
     metadata = {
         "dagster/row_count": dg.MetadataValue.int(len(results)),
         "metrics": dg.MetadataValue.md(_metric_table(results)),
@@ -220,9 +238,11 @@ def _recall_plot(results: dict) -> dg.MetadataValue:
 )
 def ranker_eval(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse,
                 feast: FeastStore, hir_settings: SettingsResource) -> dg.MaterializeResult:
+    from hir.evaluation import funnel as deep_funnel
     from hir.evaluation.rankers import evaluate_rankers, feast_lookup, ranker_events
     from hir.graph.snapshot import window_bounds
-    from hir.storage import Artifacts
+    from hir.plots import png_markdown
+    from hir.storage import RESULTS_FILE, Artifacts, write_json, write_parquet
 
     settings = hir_settings.get()
     partition = context.partition_key
@@ -232,16 +252,30 @@ def ranker_eval(context: dg.AssetExecutionContext, artifacts: ArtifactStore, war
     types = [t for t in Artifacts(feast.artifacts_dir).feature_table_types(partition) if t != "user"]
     seconds = {k: v.timestamp() for k, v in bounds.items()}
     results = evaluate_rankers(events, seconds, feast_lookup(feast, types), settings.seed)
-    payload = {"results": results, "windows": {k: v.isoformat() for k, v in bounds.items()}, "seed": settings.seed,
-               "features": "hir: Feast point-in-time (FeastStore.training_set)"}
-    _write_results(artifacts, "ranker_eval", partition, payload)
+
+    def write_funnel_tables(writer) -> None:
+        with artifacts.write_partition(deep_funnel.FEATURE_ASSET, partition) as out:
+            writer(out)
+
+    funnel, scores = deep_funnel.evaluate_partition(events, seconds, deep_funnel.parse_stages(settings.funnel_stages),
+                                                    feast, write_funnel_tables, settings)
+    payload = {"results": results, "funnel": funnel, "windows": {k: v.isoformat() for k, v in bounds.items()},
+               "seed": settings.seed, "features": "hir, base and control: Feast point-in-time (FeastStore.training_set)"}
+    with artifacts.write_partition("ranker_eval", partition) as out:
+        write_json(out / RESULTS_FILE, payload)
+        if scores is not None:
+            write_parquet(out / deep_funnel.SCORES_FILE, scores)
     for name, row in results.items():
         context.log.info(f"{name}: {json.dumps(row)}")
-    return dg.MaterializeResult(metadata={
+    metadata = {
         "dagster/row_count": dg.MetadataValue.int(sum(r.get("test_examples", 0) for r in results.values())),
         "rankers": dg.MetadataValue.md(_ranker_table(results)),
+        "funnel": dg.MetadataValue.md(deep_funnel.funnel_table(funnel)),
         "path": dg.MetadataValue.path(str(artifacts.catalogue.results("ranker_eval", partition))),
-    })
+    }
+    if funnel.get("status") == "ok":
+        metadata["funnel_lift_per_slice"] = png_markdown(deep_funnel.lift_figure(funnel), "hir's AUC lift per slice")
+    return dg.MaterializeResult(metadata=metadata)
 
 
 def _ranker_table(results: dict) -> str:
@@ -337,6 +371,7 @@ def _sizes_plot(payload: dict) -> dg.MetadataValue:
     ),
 )
 def evaluation_report(context: dg.AssetExecutionContext, artifacts: ArtifactStore, hir_settings: SettingsResource) -> dg.MaterializeResult:
+    from hir.evaluation.funnel import funnel_table, lift_figure
     from hir.evaluation.report import build_report
     from hir.storage import write_bytes
 
@@ -348,15 +383,19 @@ def evaluation_report(context: dg.AssetExecutionContext, artifacts: ArtifactStor
     baseline_run = _read_results(artifacts, "baselines", partition)
     figures = {"recall curves": _recall_figure(retrieval["results"]), "cluster sizes": _sizes_figure(quality),
                "embedding map": _map_figure(artifacts.catalogue.embeddings(partition))}
+    if rankers.get("funnel", {}).get("status") == "ok":
+        figures["funnel lift per slice"] = lift_figure(rankers["funnel"])
     sections = {
         "Retrieval (test window, full ranking)": _metric_table(retrieval["results"]),
         "Cold start (targets unseen before the cut-off)": _cold_table(retrieval["results"]),
         "Rankers (validation window → test window)": _ranker_table(rankers["results"]),
+        "Deep funnel: conversion ranker, base / base + hir / base + control (Feast point-in-time)": funnel_table(rankers.get("funnel", {})),
         "Token quality": _quality_table(quality),
     }
     run = {"partition": partition, "cutoff": cutoff_of(partition).isoformat(), "seed": settings.seed,
-           "protocol": retrieval["protocol"], "baselines": baseline_run["baselines"], "skipped": baseline_run["skipped"],
-           "settings": _run_settings(settings)}
+           "seeds": retrieval.get("seeds"), "headline": retrieval.get("headline"), "headline_rule": retrieval.get("headline_rule"),
+           "protocol": retrieval["protocol"], "baselines": baseline_run["baselines"],
+           "skipped": baseline_run["skipped"] | retrieval.get("skipped", {}), "settings": _run_settings(settings)}
     text = build_report(f"hir evaluation — {settings.source}, partition {partition}", sections, figures, run)
     path = settings.data_home / "reports" / f"evaluation_{partition}.md"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -370,7 +409,7 @@ def evaluation_report(context: dg.AssetExecutionContext, artifacts: ArtifactStor
 
 def _run_settings(settings: Settings) -> dict:
     names = ("source", "threads", "val_days", "test_days", "train_steps", "train_batch", "train_dim", "train_layers",
-             "train_coarse", "train_fine", "bom_codes", "synthetic_events", "eval_baselines", "eval_max_epochs")
+             "train_coarse", "train_fine", "bom_codes", "synthetic_events", "eval_baselines", "eval_max_epochs", "eval_seeds")
     return {n: getattr(settings, n) for n in names}
 
 

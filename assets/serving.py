@@ -3,7 +3,8 @@
 ``feature_tables`` splits a partition's entity embeddings (with their BoM tokens) into one Parquet
 table per entity type, timestamped at the partition's cut-off; blocking checks guard the hand-over
 to Feast (finite vectors, the right dimension, one row per entity and cut-off). ``feast_registry``
-applies the repository; ``feast_online`` materialises the partition into the SQLite online store.
+applies the repository; ``feast_online`` materialises the partition into the online store (SQLite
+by default, Redis or Postgres per the ``online_store`` setting) and reads it back through Feast.
 """
 
 from pathlib import Path
@@ -14,7 +15,7 @@ from hir.resources import ArtifactStore
 from hir.serving.feast_store import (
     FeastStore,
     check_feature_table,
-    view_name,
+    join_key,
 )
 from hir.storage import Artifacts
 from hir.tables import markdown_table
@@ -97,9 +98,9 @@ def feast_registry(context: dg.AssetExecutionContext, feast: FeastStore) -> dg.M
     deps=["feast_registry", "feature_tables"],
     partitions_def=DAILY,
     group_name="serving",
-    kinds={"feast", "sqlite"},
+    kinds={"feast"},
     owners=["team:hir"],
-    description="The Feast SQLite online store after materialising this partition: for each entity the "
+    description="The Feast online store after materialising this partition: for each entity the "
                 "newest row with cut-off in [this cut-off, newest cut-off written], so re-materialising "
                 "an older partition never replaces newer vectors.",
     check_specs=[dg.AssetCheckSpec("online_matches_tables", asset="feast_online",
@@ -114,22 +115,23 @@ def feast_online(context: dg.AssetExecutionContext, feast: FeastStore):
     store = feast.store()
     context.log.info(f"materialising {', '.join(types)} over [{start.isoformat()}, {end.isoformat()}]")
     feast.materialize(start, end, types, store)
-    online = _online_rows(feast.online_path, store.project, types)
-    preview = _preview(feast, store, types, partition) if types else "no feature tables"
+    reader = feast.reader(store)
+    online = _online_rows(feast, reader, types, partition)
+    preview = _preview(feast, reader, types, partition) if types else "no feature tables"
     yield dg.MaterializeResult(metadata={
         "dagster/row_count": dg.MetadataValue.int(sum(online.values())),
-        "online_store": dg.MetadataValue.path(str(feast.online_path)),
+        "online_store": dg.MetadataValue.text(feast.online_target),
         "window": dg.MetadataValue.text(f"[{start.isoformat()}, {end.isoformat()}]"),
         "entities_online": dg.MetadataValue.json(online),
         "preview": dg.MetadataValue.md(preview),
     })
-    mismatches = {t: _mismatches(feast, store, t, newest) for t in types}
+    mismatches = {t: _mismatches(feast, reader, t, newest) for t in types}
     yield dg.AssetCheckResult(check_name="online_matches_tables", passed=not any(mismatches.values()),
                               metadata={"mismatched_keys_by_type": dg.MetadataValue.json(mismatches),
                                         "compared_with_partition": dg.MetadataValue.text(newest)})
 
 
-def _mismatches(feast: FeastStore, store, entity_type: str, partition: str, sample: int = 20) -> int:
+def _mismatches(feast: FeastStore, reader, entity_type: str, partition: str, sample: int = 20) -> int:
     """Keys among the first ``sample`` of a type whose online embedding differs from ``partition``'s table."""
     import numpy as np
     import pyarrow.parquet as pq
@@ -138,28 +140,32 @@ def _mismatches(feast: FeastStore, store, entity_type: str, partition: str, samp
     if not path.exists():
         return 0
     table = pq.read_table(path, columns=[f"{entity_type}_key", "hir_embedding"]).slice(0, sample)
-    got = feast.online(entity_type, table.column(0).to_pylist(), features=["hir_embedding"], store=store)
+    got = feast.online(entity_type, table.column(0).to_pylist(), features=["hir_embedding"], reader=reader)
     return sum(g is None or not np.array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32))
                for g, w in zip(got["hir_embedding"], table.column(1).to_pylist()))
 
 
-def _online_rows(db_path: Path, project: str, types: list[str]) -> dict[str, int]:
-    """Entities per type in the SQLite online store (distinct entity keys of each view's table)."""
-    import sqlite3
+def _online_rows(feast: FeastStore, reader, types: list[str], partition: str) -> dict[str, int]:
+    """Entities per type of this partition's feature tables that the online store holds, read through
+    Feast so that it counts the same way for every online store."""
+    import pyarrow.parquet as pq
 
-    with sqlite3.connect(str(db_path)) as con:
-        return {t: con.execute(f'SELECT count(DISTINCT entity_key) FROM "{project}_{view_name(t)}"').fetchone()[0]
-                for t in types}
+    catalogue = Artifacts(feast.artifacts_dir)
+    out = {}
+    for t in types:
+        keys = pq.read_table(catalogue.feature_table(partition, t), columns=[join_key(t)]).column(0).to_pylist()
+        out[t] = sum(v is not None for v in reader.read(t, keys, ["entity_id"])["entity_id"])
+    return out
 
 
-def _preview(feast: FeastStore, store, types: list[str], partition: str) -> str:
+def _preview(feast: FeastStore, reader, types: list[str], partition: str) -> str:
     """A Markdown table of the online features of the first three keys of the first type."""
     import pyarrow.parquet as pq
 
     t = types[0]
     path = Artifacts(feast.artifacts_dir).feature_table(partition, t)
     keys = pq.read_table(path, columns=[f"{t}_key"]).column(0).to_pylist()[:3]
-    got = feast.online(t, keys, store=store)
+    got = feast.online(t, keys, reader=reader)
     rows = []
     for i, key in enumerate(keys):
         vec = got["hir_embedding"][i] or []

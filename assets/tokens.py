@@ -1,7 +1,7 @@
 """Tokens stage: Bag-of-Meaning codebooks, bags, inverted index and token descriptions (DESIGN §8).
 
 ``bom_quantizer`` trains the hierarchical additive quantizer (:mod:`hir.models.quantizer`) on the
-partition's entity embeddings; ``bom_tokens`` turns codes and engagement into weighted bags
+partition's entity embeddings, centred per type; ``bom_tokens`` turns codes and engagement into weighted bags
 (:mod:`hir.tokens.bom`); ``bom_index`` stores the inverted index as Parquet postings; ``token_descriptions``
 names every token from the world knowledge of the entities holding it.
 """
@@ -63,7 +63,8 @@ def _usage_plot(usage: list[dict], codes) -> dg.MetadataValue:
     kinds={"pytorch", "safetensors"},
     owners=["team:hir"],
     description=(
-        "Hierarchical additive quantization of the entity embeddings: M codebooks (coarse first, "
+        "Hierarchical additive quantization of the entity embeddings, unit-normalised and centred per "
+        "type: M codebooks (coarse first, "
         "HIR_BOM_CODES codewords each), x ≈ Σ_m C_m[i_m], trained by residual k-means then "
         "alternating least-squares codebooks and ICM + local-search codes."
     ),
@@ -108,38 +109,83 @@ def bom_quantizer(context: dg.AssetExecutionContext, artifacts: ArtifactStore, t
     kinds={"parquet"},
     owners=["team:hir"],
     description=(
-        "Bag of weighted (level, code) tokens per entity: a user's own codes plus its strongest "
-        "interests; an ad's, campaign's, advertiser's or product's own codes plus the interests it "
-        "serves (codes of the users engaging with it, time-decayed). Token id = level·1e6 + code."
+        "Bag of weighted nested tokens per entity (token = level·1e9 + the path of codes 1…level, so "
+        "a fine token implies its coarse one): a user's own tokens plus its strongest interests; an "
+        "ad's, campaign's, advertiser's or product's own tokens plus the interests it serves. One "
+        "weighting for every kind: idf × BM25-like saturation, unit norm; retrieval adds the item "
+        "log prior to overlap / τ. Metadata: recall of the bags against the embedding's own top 100."
     ),
 )
 def bom_tokens(context: dg.AssetExecutionContext, artifacts: ArtifactStore, hir_settings: SettingsResource):
     import pyarrow.parquet as pq
+    import torch
+    from hir.evaluation.token_quality import dense_recall
+    from hir.models.quantizer import token_ids
     from hir.storage import (
         SNAPSHOT_EDGES_FILE,
         SNAPSHOT_NODES_FILE,
         TOKENS_FILE,
         write_parquet,
     )
-    from hir.tokens.bom import bags_table, build_bags, engagement_matrix, read_codes
+    from hir.tokens.bom import (
+        bag_temperature,
+        bags_table,
+        build_bags,
+        codes_setting,
+        engagement_matrix,
+        log_prior,
+        read_codes,
+        read_embeddings,
+    )
 
     settings = hir_settings.get()
     key = context.partition_key
     emb, codes = read_codes(_require(artifacts.catalogue.codes(key), "bom_quantizer"))
+    vectors = read_embeddings(_require(artifacts.catalogue.embeddings(key), "entity_embeddings")).vectors
     graph = artifacts.catalogue.snapshot_dir(key)
     nodes = pq.read_table(_require(graph / SNAPSHOT_NODES_FILE, "graph_snapshot"), columns=["entity_id"])
     edges = pq.read_table(_require(graph / SNAPSHOT_EDGES_FILE, "graph_snapshot"), columns=["src", "dst", "weight"])
-    bags, token_of_column = build_bags(emb, codes, engagement_matrix(emb, nodes, edges), settings)
-    table = bags_table(emb, bags, token_of_column, cutoff_of(key))
+    engagement = engagement_matrix(emb, nodes, edges)
+    tokens = token_ids(torch.from_numpy(codes), codes_setting(settings)).numpy()
+    bags, token_of_column = build_bags(emb, tokens, engagement, settings)
+    encoder_t = _encoder_temperature(artifacts, key)
+    temperature = bag_temperature(vectors, bags, emb.entity_type, encoder_t)
+    prior = log_prior(emb, engagement)
+    table = bags_table(emb, bags, token_of_column, cutoff_of(key), prior, temperature)
     with artifacts.write_partition("bom_tokens", key) as out:
         write_parquet(out / TOKENS_FILE, table)
+    kept = dense_recall(vectors, bags, emb.entity_type, prior, temperature, encoder_t)
     return dg.MaterializeResult(metadata={
         "dagster/row_count": dg.MetadataValue.int(table.num_rows),
         "tokens_per_bag": dg.MetadataValue.float(float(bags.nnz / max(table.num_rows, 1))),
         "distinct_tokens": dg.MetadataValue.int(int((bags.getnnz(axis=0) > 0).sum())),
+        "bag_temperature": dg.MetadataValue.float(temperature),
+        "recall_of_dense_top100": dg.MetadataValue.json(kept),
+        "own_token_usage": dg.MetadataValue.md(_token_usage(tokens)),
         "preview": dg.MetadataValue.md(_bag_preview(table)),
         "path": dg.MetadataValue.path(str(artifacts.path("bom_tokens", key))),
     })
+
+
+def _encoder_temperature(artifacts: ArtifactStore, key: str) -> float:
+    """The InfoNCE temperature of the partition's encoder; 1.0 when it has no checkpoint config."""
+    from hir.models.checkpoint import read_configs
+
+    try:
+        return float(read_configs(artifacts.catalogue.encoder_dir(key))[0].nce_temperature)
+    except FileNotFoundError:
+        return 1.0
+
+
+def _token_usage(tokens) -> str:
+    """Per level of the entities' own nested tokens: distinct tokens, share on the most used one."""
+    import numpy as np
+
+    rows = []
+    for level, column in enumerate(tokens.T, 1):
+        _, counts = np.unique(column, return_counts=True)
+        rows.append((level, counts.size, counts.max() / column.size, np.exp(-(counts / column.size * np.log(counts / column.size)).sum())))
+    return markdown_table(["level", "tokens used", "top share", "perplexity"], rows, {"top share": ".3f", "perplexity": ".1f"})
 
 
 def _bag_preview(table) -> str:
@@ -167,6 +213,7 @@ def _bag_preview(table) -> str:
 def bom_index(context: dg.AssetExecutionContext, artifacts: ArtifactStore):
     import numpy as np
     import pyarrow.parquet as pq
+    from hir.models.quantizer import TOKEN_LEVEL_STRIDE
     from hir.storage import POSTINGS_FILE, write_parquet
     from hir.tokens.bom import load_index, postings_table
 
@@ -177,7 +224,7 @@ def bom_index(context: dg.AssetExecutionContext, artifacts: ArtifactStore):
         write_parquet(out / POSTINGS_FILE, postings)
     index = load_index(pq.read_table(artifacts.catalogue.postings(key)))
     lengths = (index.offsets[1:] - index.offsets[:-1]).numpy()
-    levels = index.tokens.numpy() // 1_000_000
+    levels = index.tokens.numpy() // TOKEN_LEVEL_STRIDE
     per_level = markdown_table(
         ["level", "tokens", "postings", "longest list"],
         [(lv, (levels == lv).sum(), lengths[levels == lv].sum(), lengths[levels == lv].max()) for lv in np.unique(levels)],

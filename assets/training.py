@@ -30,7 +30,7 @@ from hir.tables import markdown_table
 GROUP = "training"
 PREVIEW_ROWS = 10
 FLEX_TOLERANCE = 1e-3  # float32 flex and dense differ by ~1e-6; a faulty kernel by 0.1 or NaN
-_CURVES = ("loss", "loss_proto", "loss_pair", "loss_hier", "loss_eng")
+_CURVES = ("loss", "loss_next", "loss_proto", "loss_pair", "loss_hier", "loss_eng", "loss_nce")
 _COLLAPSE = ("entropy_coarse", "entropy_fine", "top_share_coarse", "top_share_fine", "emb_std")
 
 
@@ -77,6 +77,14 @@ def _curves_plot(metrics: list[dict]) -> dg.MetadataValue:
     return png_markdown(fig, "hir_encoder training")
 
 
+def gradient_shares(metrics: list[dict]) -> dict[str, float]:
+    """Each loss's mean share of the gradient norm over the records that measured it
+    (``grad_share_<loss>``, see ``hir.models.trainer``); empty when none did."""
+    measured = [m for m in metrics if any(k.startswith("grad_share_") for k in m)]
+    names = sorted({k for m in measured for k in m if k.startswith("grad_share_")})
+    return {name.removeprefix("grad_share_"): sum(m.get(name, 0.0) for m in measured) / len(measured) for name in names}
+
+
 def _metrics_table(record: dict) -> str:
     rows = [(k, v) for k, v in record.items() if isinstance(v, float)]
     return markdown_table(["metric", "value"], rows, {"value": ".4f"})
@@ -89,9 +97,10 @@ def _metrics_table(record: dict) -> str:
     kinds={"pytorch", "safetensors"},
     owners=["team:hir"],
     description=(
-        "Self-supervised graph transformer: the student's narrow views predict the EMA teacher's "
-        "Sinkhorn-Knopp assignments to coarse and fine prototypes, plus an engagement head; "
-        "warm-starts from the previous partition's checkpoint."
+        "Graph transformer trained on causal examples: each user's view as of an engagement predicts "
+        "what it engages with next (sampled softmax with logQ correction and the log prior), plus "
+        "cross-view distillation onto Sinkhorn-Knopp prototypes and an engagement head; each loss's "
+        "share of the gradient norm is reported; warm-starts from the previous partition's checkpoint."
     ),
 )
 def hir_encoder(context: dg.AssetExecutionContext, artifacts: ArtifactStore, torch_runtime: TorchRuntime, hir_settings: SettingsResource):
@@ -115,6 +124,7 @@ def hir_encoder(context: dg.AssetExecutionContext, artifacts: ArtifactStore, tor
     shutil.rmtree(work, ignore_errors=True)
     folder = artifacts.catalogue.encoder_dir(partition)
     final = result.metrics[-1] if result.metrics else {}
+    shares = gradient_shares(result.metrics)
     return dg.MaterializeResult(
         metadata={
             "checkpoint": dg.MetadataValue.path(str(folder)),
@@ -127,6 +137,9 @@ def hir_encoder(context: dg.AssetExecutionContext, artifacts: ArtifactStore, tor
             "final_entropy_coarse": dg.MetadataValue.float(float(final.get("entropy_coarse", float("nan")))),
             "final_entropy_fine": dg.MetadataValue.float(float(final.get("entropy_fine", float("nan")))),
             "final_metrics": dg.MetadataValue.md(_metrics_table(final)),
+            "gradient_shares": dg.MetadataValue.md(markdown_table(
+                ["loss", "share of the gradient norm"], sorted(shares.items()), {"share of the gradient norm": ".3f"},
+                empty="not measured (HIR_TRAIN_GRAD_SHARE_EVERY is 0 or above the steps run)")),
             "curves": _curves_plot(result.metrics),
         }
     )

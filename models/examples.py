@@ -73,6 +73,14 @@ class CausalExamples:
         return torch.bincount(self.positive, minlength=num_nodes).double() / max(1, len(self))
 
 
+def parse_funnel_weights(text: str) -> dict[str, float]:
+    """``{"click": 1.0, ...}`` from ``"click:1,cart:2"`` (the settings' form; blanks ignored)."""
+    pairs = [part.split(":") for part in text.split(",") if part.strip()]
+    if any(len(pair) != 2 for pair in pairs):
+        raise ValueError(f"funnel weights must read 'event:weight,...'; got {text!r}")
+    return {name.strip(): float(weight) for name, weight in pairs}
+
+
 def funnel_weights(edge_types: Sequence[str], weights: Mapping[str, float]) -> torch.Tensor:
     """float32 ``[R]``: the weight of each edge type by name (0 for types ``weights`` does not list)."""
     return torch.tensor([float(weights.get(name, 0.0)) for name in edge_types], dtype=torch.float32)
@@ -139,6 +147,29 @@ def next_engagement_examples(
         history = index.end_before(examples.anchor, examples.time) - csr.indptr[examples.anchor]
         examples = examples.take(torch.nonzero(history >= min_history).flatten())
     return examples
+
+
+def training_examples(
+    graph: TemporalGraph, target_types: Sequence[str], weights: Mapping[str, float], index: TimeIndex | None = None
+) -> tuple[CausalExamples, torch.Tensor]:
+    """The trainer's examples and the candidate nodes their positives are ranked among.
+
+    Users' next engagements with the nodes of those ``target_types`` the snapshot has
+    (:func:`next_engagement_examples`, ``min_history = 1``); a snapshot without any (no users, or no
+    target type) falls back to every entry of a positively weighted edge type between any two
+    nodes, or of any type with weight 1 when none is weighted, ranked among all nodes.
+
+    Returns ``(examples, int64 candidate nodes)``.
+    """
+    present = [name for name in target_types if name in graph.node_types]
+    if "user" in graph.node_types and present:
+        examples = next_engagement_examples(graph, ["user"], present, weights, 1, index)
+        if len(examples):
+            return examples, torch.nonzero(torch.isin(graph.node_type, _type_ids(graph, present))).flatten()
+    if not any(weights.get(name, 0) > 0 for name in graph.edge_types):
+        weights = dict.fromkeys(graph.edge_types, 1.0)
+    examples = next_engagement_examples(graph, graph.node_types, graph.node_types, weights, 1, index)
+    return examples, torch.arange(graph.num_nodes)
 
 
 def _type_ids(graph: TemporalGraph, names: Sequence[str]) -> torch.Tensor:

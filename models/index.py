@@ -9,7 +9,7 @@ Layout (``T`` distinct tokens, ``P`` postings, ``N`` entities):
 
 Retrieval for a query bag ``{(t, q_t)}`` scores every entity by weighted token overlap
 
-    s(e) = Σ_t q_t · w(t, e),
+    s(e) = Σ_t q_t · w(t, e)      (optionally ranked by s(e) / τ + prior(e)),
 
 computed by gathering the postings of the query's tokens and scatter-adding ``q_t · w(t, e)`` over
 the distinct rows touched; the top ``k`` (optionally of one entity type only) are returned. With a
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 
@@ -39,7 +40,7 @@ class InvertedIndex:
     type_names: list[str]
     _masks: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
     _spans: dict[int, tuple[int, int]] | None = field(default=None, repr=False)
-    _scratch: torch.Tensor | None = field(default=None, repr=False)
+    _numpy: dict | None = field(default=None, repr=False)
 
     @classmethod
     def build(
@@ -115,19 +116,6 @@ class InvertedIndex:
             gathered.append(span)
         return gathered, spans[len(gathered):]
 
-    def _first_occurrence(self, rows: torch.Tensor) -> torch.Tensor:
-        """Boolean mask of each row's first occurrence in ``rows`` (any one occurrence per row).
-
-        Uses a scratch ``[N]`` array kept on the index (so one index serves one query at a time):
-        every entry writes its position at its row, and the entry whose position survived there
-        represents that row.
-        """
-        if self._scratch is None:
-            self._scratch = torch.empty(self.num_entities, dtype=torch.int64)
-        position = torch.arange(rows.numel())
-        self._scratch.index_copy_(0, rows, position)
-        return self._scratch.index_select(0, rows) == position
-
     def _gather(self, gathered: list) -> tuple[torch.Tensor, torch.Tensor]:
         """Distinct rows of the gathered spans and the index of each concatenated posting's row among them."""
         if len(gathered) == 1:
@@ -175,6 +163,8 @@ class InvertedIndex:
         vectors: torch.Tensor | None = None,
         candidates: int = 0,
         budget: int = 0,
+        prior: torch.Tensor | None = None,
+        temperature: float = 1.0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Top ``k`` rows (and their scores) for a query bag.
 
@@ -186,18 +176,22 @@ class InvertedIndex:
                 and the scores returned are embedding scores; when the gathered postings number at
                 most ``candidates``, every gathered row is re-ranked.
             budget: postings gathered for the candidate set (see :meth:`candidates`; 0 = all).
+            prior, temperature: with ``prior`` (``[N]``, e.g. ``log(1 + p_e)``), rows touched by
+                the query are ranked by ``s(e) / temperature + prior[e]`` instead of ``s(e)``.
         Only rows with a positive overlap are returned, so fewer than ``k`` may come back.
         """
         rerank = query_vector is not None and vectors is not None and candidates > 0
         if rerank:
-            gathered, _ = self._plan(tokens, weights, budget)
-            if sum(b - a for a, b, _ in gathered) <= candidates:
-                return self._rerank_all(gathered, k, entity_type, query_vector, vectors)
+            rows, lists = self._gathered_rows(tokens, weights, budget)
+            if rows.size <= candidates:
+                return self._rerank_all(rows, lists, k, entity_type, query_vector, vectors)
         rows, scores = self.candidates(tokens, weights, budget)
         keep = scores > 0
         if entity_type is not None:
             keep &= self.type_mask(entity_type)[rows]
         rows, scores = rows[keep], scores[keep]
+        if prior is not None:
+            scores = scores / temperature + prior.index_select(0, rows)
         top = scores.topk(min(candidates if rerank else k, rows.numel()))
         rows = rows.index_select(0, top.indices)
         if not rerank:
@@ -205,22 +199,52 @@ class InvertedIndex:
         best = (vectors.index_select(0, rows) @ query_vector.to(vectors.dtype)).topk(min(k, rows.numel()))
         return rows.index_select(0, best.indices), best.values
 
-    def _rerank_all(self, gathered, k, entity_type, query_vector, vectors) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rank every posting of the gathered spans by embedding score, then drop repeated rows.
+    def _arrays(self) -> dict:
+        """NumPy views of the postings (cached): the re-rank path runs a handful of small array
+        operations per query, where NumPy's per-call cost is a fraction of torch's."""
+        if self._numpy is None:
+            self._numpy = {"tokens": self.tokens.numpy(), "offsets": self.offsets.numpy(), "rows": self.rows.numpy()}
+        return self._numpy
 
-        A row occurs at most once per span, so the best ``k × spans`` postings hold at least ``k``
-        distinct rows; only those are de-duplicated.
+    def _gathered_rows(self, tokens: torch.Tensor, weights: torch.Tensor, budget: int) -> tuple[np.ndarray, int]:
+        """The rows of every posting the candidate set gathers and how many posting lists they span.
+
+        Without a ``budget`` that is every posting of the query's tokens: their lists
+        ``offsets[t] : offsets[t+1]`` found by binary search and laid end to end,
+        ``position = start[list] + (j − first[list])`` for the j-th gathered posting; with one, the
+        spans :meth:`_plan` gathers.
         """
-        rows = torch.cat([self.rows[a:b] for a, b, _ in gathered]) if len(gathered) != 1 else self.rows[gathered[0][0]:gathered[0][1]]
+        arrays = self._arrays()
+        if budget == 0:
+            wanted = tokens.numpy()
+            slot = np.searchsorted(arrays["tokens"], wanted).clip(0, max(arrays["tokens"].size - 1, 0))
+            slot = slot[arrays["tokens"][slot] == wanted] if arrays["tokens"].size else slot[:0]
+            start, length = arrays["offsets"][slot], arrays["offsets"][slot + 1] - arrays["offsets"][slot]
+            first = np.cumsum(length) - length
+            positions = np.repeat(start - first, length) + np.arange(int(length.sum()))
+            return arrays["rows"][positions], int(slot.size)
+        gathered, _ = self._plan(tokens, weights, budget)
+        rows = np.concatenate([arrays["rows"][a:b] for a, b, _ in gathered]) if gathered else arrays["rows"][:0]
+        return rows, len(gathered)
+
+    def _rerank_all(self, rows, lists, k, entity_type, query_vector, vectors) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rank every gathered posting's row by embedding score, then drop repeated rows.
+
+        A row occurs at most once per posting list, so the best ``k × lists`` postings hold at least
+        ``k`` distinct rows; only those are de-duplicated (each row keeps its first, best, place).
+        """
         if entity_type is not None:
-            rows = rows.masked_select(self.type_mask(entity_type).index_select(0, rows))
-        dots = vectors.index_select(0, rows) @ query_vector.to(vectors.dtype)
-        best = dots.topk(min(k * max(len(gathered), 1), rows.numel()))
-        top = rows.index_select(0, best.indices)
-        if len(gathered) <= 1:
-            return top, best.values
-        first = self._first_occurrence(top)
-        return top.masked_select(first)[:k], best.values.masked_select(first)[:k]
+            rows = rows[self.type_mask(entity_type).numpy()[rows]]
+        dots = vectors.numpy()[rows] @ query_vector.to(vectors.dtype).numpy()
+        keep = min(k * max(lists, 1), rows.size)
+        best = np.argpartition(-dots, keep - 1)[:keep] if 0 < keep < rows.size else np.arange(rows.size)
+        best = best[np.argsort(-dots[best], kind="stable")]
+        top, values = rows[best], dots[best]
+        if lists > 1:
+            _, first = np.unique(top, return_index=True)
+            first.sort()
+            top, values = top[first], values[first]
+        return torch.from_numpy(top[:k].astype(np.int64)), torch.from_numpy(values[:k])
 
     def explain(self, tokens: torch.Tensor, weights: torch.Tensor, row: int) -> list[tuple[int, float]]:
         """The query tokens that match entity ``row`` with their contributions ``q_t · w(t, e)``, largest first."""

@@ -1,6 +1,12 @@
 """Inference with a trained :class:`~hir.models.model.HIRModel` (DESIGN §7): every node embedded
-from its neighbourhood as of the snapshot (new entities included), and the check that the
+from its neighbourhood as of the snapshot's cut-off (new entities included), and the check that the
 compiled ``flex`` attention agrees with ``dense`` on this machine.
+
+The views are sampled as training sampled them, at an explicit time — the cut-off ``T``: entries
+before ``T``, edge ages ``T − last_ts`` and node metadata recomputed as of ``T``
+(:func:`~hir.models.graph.node_features_at`) — so a representation at serving time is the one the
+training examples learnt at their own times. Fresh serving embeds a later snapshot (one that holds
+the events up to the serving time) with the same model; nothing is retrained.
 """
 
 from __future__ import annotations
@@ -66,7 +72,7 @@ def embed_all(
     with torch.no_grad():
         for start in range(0, n, batch_size):
             anchors = torch.arange(start, min(n, start + batch_size))
-            view = sample(anchors, gen).to(device)
+            view = sample(anchors, gen, times=_at_cutoff(graph, anchors)).to(device)
             h, coarse, fine = model.embed(view, knowledge.per_token(view) if knowledge else None, backend)
             out_h.append(h.float().cpu())
             out_c.append(coarse.float().cpu())
@@ -78,6 +84,11 @@ def embed_all(
             coarse, fine = standardize(coarse), standardize(fine)
         coarse_id, fine_id = model.prototypes.assign_scores(coarse.to(device), fine.to(device))
     return Embeddings(torch.cat(out_h), coarse_id.cpu(), fine_id.cpu())
+
+
+def _at_cutoff(graph: TemporalGraph, anchors: torch.Tensor) -> torch.Tensor:
+    """``[B]`` float64 times, all the snapshot's cut-off (views and metadata as of ``T``)."""
+    return torch.full(anchors.shape, graph.cutoff, dtype=torch.float64)
 
 
 def flex_self_check(
@@ -105,7 +116,7 @@ def flex_self_check(
     with torch.no_grad():
         for start in starts:
             anchors = torch.arange(start, min(n, start + batch_size))
-            view = sampler.narrow(anchors, torch.Generator().manual_seed(seed)).to(device)
+            view = sampler.narrow(anchors, torch.Generator().manual_seed(seed), times=_at_cutoff(graph, anchors)).to(device)
             per_token = knowledge.per_token(view) if knowledge else None
             dense = model.embed(view, per_token, "dense")[0]
             for _ in range(repeats):

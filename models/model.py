@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 from hir.models.encoder import EncoderConfig, HIREncoder, gather_wk
 from hir.models.engagement import EngagementHead, engagement_loss
+from hir.models.examples import DEFAULT_FUNNEL_WEIGHTS
 from hir.models.graph import TemporalGraph
 from hir.models.losses import Prototypes
 
@@ -24,7 +25,7 @@ class TrainConfig:
     """Everything that determines a training run (with the encoder and sampler configs)."""
 
     steps: int = 300  # optimiser steps of a run from scratch
-    batch_size: int = 64  # positive edges per step and process (anchors = 4 × batch_size)
+    batch_size: int = 64  # causal examples per step and process (anchors = 4 × batch_size + pool_size)
     lr: float = 5e-3  # peak AdamW learning rate
     weight_decay: float = 0.04  # AdamW weight decay on matrices (not on norms, biases, prototypes)
     warmup_steps: int = 20  # linear learning-rate warm-up
@@ -43,8 +44,15 @@ class TrainConfig:
     w_pair: float = 1.0  # weight of the cross-entity term: u's student predicts v's teacher target
     w_hier: float = 0.5  # weight of the hierarchy consistency
     w_eng: float = 1.0  # weight of the engagement loss
-    w_nce: float = 4.0  # weight of the InfoNCE between the student representations of u and v
-    nce_temperature: float = 0.1  # T of that InfoNCE
+    w_nce: float = 0.0  # weight of the InfoNCE between the student representations of u and v
+    nce_temperature: float = 0.1  # T of that InfoNCE and of the next-engagement softmax (and of scoring)
+    w_next: float = 1.0  # weight of the next-engagement sampled softmax (user → what it engages with next)
+    target_types: str = "product,ad,movie,item"  # comma-separated node types of the positives (those in the graph)
+    funnel_weights: str = ",".join(f"{k}:{v:g}" for k, v in DEFAULT_FUNNEL_WEIGHTS.items())  # event type:weight
+    pool_size: int = 896  # M shared popularity-drawn candidates per step (negatives = B − 1 + M)
+    pool_alpha: float = 0.75  # popularity exponent α of that pool
+    prior_half_life_days: float = 0.0  # half-life of the log prior added to the logits (0: undecayed counts)
+    grad_share_every: int = 50  # steps between measurements of each loss's share of the gradient norm (0: never)
     grad_clip: float = 1.0  # max gradient norm
     checkpoint_every: int = 100  # steps between checkpoints (and one at the end)
     log_every: int = 10  # steps between metric records

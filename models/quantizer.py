@@ -4,8 +4,8 @@ A vector is approximated by one codeword from each of ``M`` codebooks,
 
     x ≈ x̂ = Σ_m C_m[i_m],      C_m ∈ R^{K_m × d},  i_m ∈ {0 … K_m − 1},
 
-with level 1 coarse (few codewords: interest clusters) and later levels finer. A token is the pair
-``(level, code)``.
+with level 1 coarse (few codewords: interest clusters) and later levels finer. A token is a nested
+prefix ``(level l, codes 1 … l)`` (:func:`token_ids`): a fine token implies its coarse one.
 
 Training is the LSQ family of additive quantizers (Martinez et al., ECCV 2016/2018), which reaches
 lower error than composite quantization's near-orthogonality penalty (Zhang et al., ICML 2014) on
@@ -274,15 +274,38 @@ class HierarchicalQuantizer:
         return cls(config, [tensors[f"level_{m}"] for m in range(config.levels)])
 
 
-TOKEN_LEVEL_STRIDE = 1_000_000
+TOKEN_LEVEL_STRIDE = 1_000_000_000
 
 
-def token_ids(codes: torch.Tensor) -> torch.Tensor:
-    """Token ids ``level * 1_000_000 + code`` for codes ``[N, M]``, levels counted from 1 (coarse)."""
+def prefix_paths(codes: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """Nested prefix paths ``[N, M]``: column l is the mixed-radix number of codes ``1 … l``.
+
+    ``p_1 = i_1`` and ``p_l = p_{l−1} · K_l + i_l``, so two vectors share the path at level l exactly
+    when they share the codes of levels 1 … l, and a path at level l determines every coarser one
+    (``p_{l−1} = p_l // K_l``).
+
+    Args:
+        codes: ``[N, M]`` codes, level 1 first. sizes: ``K_1 … K_M``, codewords per level.
+    """
+    paths = codes.clone().long()
+    for m in range(1, codes.shape[1]):
+        paths[:, m] = paths[:, m - 1] * sizes[m] + codes[:, m]
+    return paths
+
+
+def token_ids(codes: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """Nested tokens ``level · 1e9 + path`` (:func:`prefix_paths`) of codes ``[N, M]``, level 1 coarse.
+
+    A fine token implies its coarse token: the token of level l names the whole path of codes
+    ``1 … l``. Paths must stay below ``TOKEN_LEVEL_STRIDE`` (``Π K_l < 1e9``).
+    """
+    if torch.tensor(sizes, dtype=torch.float64).prod() >= TOKEN_LEVEL_STRIDE:
+        raise ValueError(f"codewords per level {sizes}: their product must stay below {TOKEN_LEVEL_STRIDE}")
     levels = torch.arange(1, codes.shape[1] + 1, device=codes.device) * TOKEN_LEVEL_STRIDE
-    return codes + levels
+    return prefix_paths(codes, sizes) + levels
 
 
 def split_token(token: int) -> tuple[int, int]:
-    """``(level, code)`` of a token id (level 1 = coarse)."""
+    """``(level, path)`` of a token id (level 1 = coarse)."""
     return int(token) // TOKEN_LEVEL_STRIDE, int(token) % TOKEN_LEVEL_STRIDE
+

@@ -1,31 +1,45 @@
-"""Self-supervised training of the HIR encoder (DESIGN §7): cross-view distillation onto two levels
-of prototypes with Sinkhorn-Knopp targets, plus an engagement head.
+"""Training of the HIR encoder (DESIGN §7) on causal examples: each user predicts what it engages
+with next (a logQ-corrected sampled softmax), plus the seed's cross-view distillation onto two levels
+of prototypes with Sinkhorn-Knopp targets and an engagement head.
 
-One step, for a batch of ``B`` training-window edges ``(u, v, r, Δ)`` per process:
+One step, for a batch of ``B`` causal examples ``(u, t, v, r, w)`` per process
+(:func:`~hir.models.examples.next_engagement_examples`: user ``u`` engaged with ``v`` of a target type
+at ``t`` through event type ``r`` of funnel weight ``w``) and a shared pool of ``M`` candidates of the
+target types (:class:`~hir.models.candidates.CandidateSampler`):
 
-1. anchors = ``[u, v, v_rand, v_pop]`` (``4B`` nodes): the edges' endpoints, uniform random
-   nodes and popularity-weighted nodes (the engagement negatives double as anchors);
-2. one broad view per anchor for the teacher and ``narrow_views`` narrow views for the student;
+1. anchors = ``[u, v, uniform, popular, pool]`` (``4B + M`` nodes) at times ``[t, t, t, t, t_rand]``:
+   the engagement negatives (uniform and pool-distributed draws of the candidate nodes) at their
+   rows' times, the pool at random batch examples' times; every view holds only entries strictly before its anchor's time, with
+   edge ages and node metadata as of then, so no example sees its own positive or anything later;
+   a user's view starts from its newest entries (``SamplerConfig.broad_recent / narrow_recent``);
+2. one broad view per user and positive for the teacher, ``narrow_views`` narrow views of every
+   anchor for the student (the pool's without gradient: fixed negatives of the step);
 3. teacher (the EMA of the student, no gradient): ``z_t = proj(enc(broad))``, cosine scores to
    the coarse (``K₁``) and fine (``K₂``) prototypes, Sinkhorn-Knopp → balanced targets ``q``;
-4. student on each narrow view: ``p = softmax(⟨z_s, c⟩/τ)`` at both levels;
-   ``L_proto = mean_views [CE(q_coarse, p_coarse) + CE(q_fine, p_fine)] / 2``;
-   ``L_pair``: the same cross-entropy across each positive edge — the student's view of ``u``
-   predicts the teacher's target of ``v`` and vice versa, so engaged entities share prototypes
-   whatever their type; ``L_hier`` keeps the levels nested through the learned parent map
-   (:mod:`hir.models.losses`);
-   ``L_nce`` = symmetric InfoNCE (temperature ``T``) between the student representations of ``u``
-   and ``v``, with the other edges' ends, the random and the popularity anchors as negatives — it
-   aligns users with what they engage with, across node types;
-   ``L_eng`` = BCE of the engagement head on the true edges against random, popularity and
-   in-batch negatives, from the first narrow view's representations;
-5. ``L = w_proto L_proto + w_pair L_pair + w_hier L_hier + w_eng L_eng + w_nce L_nce``; AdamW with linear warm-up and cosine
-   decay; the teacher follows ``θ_t ← m θ_t + (1 − m) θ_s`` with
-   ``m = 1 − (1 − m₀)(cos(π t/T) + 1)/2`` rising from ``m₀`` to 1.
+4. student on each narrow view: ``h = enc(narrow)``, ``p = softmax(⟨z_s, c⟩/τ)`` at both levels;
+   ``L_next`` = sampled softmax of ``u``'s positive among the ``B`` positives and the ``M`` pool
+   nodes, ``⟨ĥ_u, ĥ_c⟩/T + π_c(t) − log Q(c)`` with ``π`` the log prior as of ``t``
+   (:class:`~hir.models.prior.CausalPopularity`, what scoring adds) and ``Q`` the candidate's
+   expected count (:func:`~hir.models.losses.sampled_softmax`), weighted by ``w``;
+   ``L_proto = mean_views [CE(q_coarse, p_coarse) + CE(q_fine, p_fine)] / 2`` over users and positives;
+   ``L_pair``: the same cross-entropy across each example — the student's view of ``u``
+   predicts the teacher's target of ``v`` and vice versa; ``L_hier`` keeps the levels nested
+   through the learned parent map (:mod:`hir.models.losses`);
+   ``L_nce`` = symmetric InfoNCE (temperature ``T``) between ``u`` and ``v`` with the pool as extra
+   negatives; ``L_eng`` = BCE of the engagement head (type ``r``, age 0: as of ``t``) on the true
+   pairs against uniform, pool and in-batch negatives, from the first narrow view's representations;
+5. ``L = w_next L_next + w_proto L_proto + w_pair L_pair + w_hier L_hier + w_eng L_eng + w_nce L_nce``;
+   AdamW with linear warm-up and cosine decay; the teacher follows ``θ_t ← m θ_t + (1 − m) θ_s`` with
+   ``m = 1 − (1 − m₀)(cos(π t/T) + 1)/2`` rising from ``m₀`` to 1. Every ``grad_share_every``
+   steps (on one process) the next record carries each weighted loss's share of the gradient norm,
+   ``‖∇ w_k L_k‖ / Σ_j ‖∇ w_j L_j‖`` (``grad_share_<loss>``).
+
+A snapshot without engagements of users with target-type nodes trains on every edge instead
+(anchors and positives of every type, unit weights).
 
 Every step draws its randomness from generators seeded by ``(seed, step, rank)``, so a run resumed
 from a checkpoint reproduces the uninterrupted run. Under ``torchrun`` the student is wrapped in
-``DistributedDataParallel`` (gloo on CPU, nccl on GPU); each rank samples its own anchors and the
+``DistributedDataParallel`` (gloo on CPU, nccl on GPU); each rank samples its own examples and the
 Sinkhorn column sums are reduced over ranks.
 
 Checkpoints (:mod:`hir.models.checkpoint`) are written every ``checkpoint_every`` steps and at the
@@ -45,24 +59,22 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from hir.models import checkpoint
+from hir.models.candidates import CandidateSampler
 from hir.models.encoder import EncoderConfig
-from hir.models.engagement import (
-    SECONDS_PER_DAY,
-    in_batch_permutation,
-    popularity_negatives,
-    popularity_weights,
-    random_negatives,
-)
+from hir.models.engagement import SECONDS_PER_DAY, in_batch_permutation
+from hir.models.examples import CausalExamples, parse_funnel_weights, training_examples
 from hir.models.graph import TemporalGraph
 from hir.models.losses import (
     collapse_metrics,
     hierarchy_loss,
     info_nce,
+    sampled_softmax,
     sinkhorn,
     soft_cross_entropy,
     standardize,
 )
 from hir.models.model import HIRModel, TrainConfig, WorldKnowledge
+from hir.models.prior import CausalPopularity
 from hir.models.sampler import SamplerConfig, ViewSampler
 
 
@@ -146,9 +158,11 @@ class Trainer:
         self.student = HIRModel(encoder_config, config, max(1, len(graph.edge_types))).to(self.device)
         self.teacher = copy.deepcopy(self.student)
         self.teacher.requires_grad_(False)
-        self.optimizer = torch.optim.AdamW(self._param_groups(), lr=config.lr, betas=(0.9, 0.999))
+        # fused: one kernel over all parameters (3× faster than the per-tensor loop on the id table)
+        self.optimizer = torch.optim.AdamW(self._param_groups(), lr=config.lr, betas=(0.9, 0.999), fused=True)
         self.step, self.metrics, self.warm_started_from = 0, [], ""
-        self._prepare_edges()
+        self._shares: dict[str, float] = {}
+        self._prepare_examples()
         if not self._resume() and config.warm_start:
             self._warm_start(Path(config.warm_start))
         self.ddp = self._wrap()
@@ -161,13 +175,19 @@ class Trainer:
             (decay if param.ndim >= 2 and not name.startswith("prototypes") else plain).append(param)
         return [{"params": decay, "weight_decay": self.config.weight_decay}, {"params": plain, "weight_decay": 0.0}]
 
-    def _prepare_edges(self) -> None:
-        csr = self.graph.csr
-        if csr.num_edges == 0:
+    def _prepare_examples(self) -> None:
+        """The causal examples, the candidate pool over their target nodes and the causal prior."""
+        graph, c = self.graph, self.config
+        if graph.csr.num_edges == 0:
             raise ValueError("the snapshot has no edges to train on")
-        self.edge_rows = torch.repeat_interleave(torch.arange(self.graph.num_nodes), csr.degree())
-        self.edge_cumulative = torch.cumsum(csr.weight.double().clamp_min(1e-12), 0)
-        self.pop_cumulative = popularity_weights(csr.degree())
+        weights = parse_funnel_weights(c.funnel_weights)
+        self.examples, targets = training_examples(graph, c.target_types.split(","), weights, self.sampler.time_index)
+        if len(self.examples) == 0:
+            raise ValueError("the snapshot has no engagement before its cut-off to train on")
+        self.candidates = CandidateSampler(graph.num_nodes, targets, self.examples, c.pool_alpha)
+        self.pool_size = max(1, min(c.pool_size, targets.numel()))  # M: no more draws than the catalogue has nodes
+        half_life = c.prior_half_life_days * SECONDS_PER_DAY if c.prior_half_life_days > 0 else None
+        self.prior = CausalPopularity(self.examples.positive, self.examples.time, half_life)
 
     def _wrap(self) -> nn.Module:
         if self.world == 1:
@@ -182,20 +202,43 @@ class Trainer:
 
     # --- one step -----------------------------------------------------------------------------
 
-    def _sample_pairs(self, gen: torch.Generator) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        b, n = self.config.batch_size, self.graph.num_nodes
-        draws = torch.rand(b, generator=gen, dtype=torch.float64) * self.edge_cumulative[-1]
-        entry = torch.searchsorted(self.edge_cumulative, draws, right=True).clamp_max(self.graph.csr.num_edges - 1)
-        u, v = self.edge_rows[entry], self.graph.csr.indices[entry]
-        anchors = torch.cat([u, v, random_negatives(n, b, gen), popularity_negatives(self.pop_cumulative, b, gen)])
-        rows = torch.arange(4 * b).view(4, b)
+    def _sample_examples(self, gen: torch.Generator) -> tuple[CausalExamples, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """A batch of ``B`` examples and the step's anchors ``[u, v, uniform, popular, pool]`` with
+        their view times.
+
+        Returns ``(batch, anchors [4B + M], times, pairs)``: after the examples' ends, the engagement
+        head's negatives — ``B`` uniform and ``B`` pool-distributed draws of the candidate nodes, row
+        ``b``'s at ``t_b``, so a negative and its positive are seen as of the same time —, then the
+        ``M`` pool nodes (the softmax's shared candidates, each at a batch example's time);
+        ``pairs`` holds the row indices ``u``, ``v``, ``rand`` and ``pop``, ``perm``, and the
+        examples' ``edge_type`` and ``age`` (0 days: each engagement is scored as of its own time).
+        """
+        b, m = self.config.batch_size, self.pool_size
+        batch = self.examples.draw(b, gen)
+        targets = self.candidates.targets
+        uniform = targets[torch.randint(0, targets.numel(), (b,), generator=gen)]
+        popular = self.candidates.draw(b, gen)
+        pool = self.candidates.draw(m, gen)
+        at = batch.time[torch.randint(0, b, (m,), generator=gen)]
+        anchors = torch.cat([batch.anchor, batch.positive, uniform, popular, pool])
+        times = torch.cat([batch.time, batch.time, batch.time, batch.time, at])
+        rows = torch.arange(b)
         pairs = {
-            "u": rows[0], "v": rows[1], "rand": rows[2], "pop": rows[3],
-            "perm": in_batch_permutation(b, gen),
-            "edge_type": self.graph.csr.edge_type[entry],
-            "age": ((self.graph.cutoff - self.graph.csr.last_ts[entry]) / SECONDS_PER_DAY).float(),
+            "u": rows, "v": b + rows, "rand": 2 * b + rows, "pop": 3 * b + rows,
+            "perm": in_batch_permutation(b, gen), "edge_type": batch.event_type, "age": torch.zeros(b),
         }
-        return anchors, {k: t.to(self.device) for k, t in pairs.items()}
+        return batch, anchors, times, {k: t.to(self.device) for k, t in pairs.items()}
+
+    def _pool_views(self, pool: torch.Tensor, times: torch.Tensor, gen: torch.Generator) -> list[torch.Tensor]:
+        """The pool's student representations, one ``[M, dim]`` per narrow view, without gradient:
+        the step's shared negatives push the users away but are not themselves moved (the
+        positives, in-batch candidates, are), which spares the backward pass through ``M`` views."""
+        out = []
+        with torch.no_grad():
+            for _ in range(self.config.narrow_views):
+                view = self.sampler.narrow(pool, gen, times=times).to(self.device)
+                out.append(self.student.embed(view, self._wk(view), self.config.backend)[0])
+        return out
 
     def _wk(self, view) -> tuple | None:
         return self.wk.per_token(view) if self.wk is not None else None
@@ -209,37 +252,66 @@ class Trainer:
             coarse, fine = standardize(coarse), standardize(fine)
         return (sinkhorn(coarse, c.sinkhorn_eps, c.sinkhorn_iters, reduce), sinkhorn(fine, c.sinkhorn_eps, c.sinkhorn_iters, reduce))
 
-    def _losses(self, step: int) -> tuple[torch.Tensor, dict[str, float]]:
+    def _losses(self, step: int) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        """The step's unweighted losses by name (``next, proto, pair, hier, eng, nce``) and its
+        logged figures."""
         gen = torch.Generator().manual_seed(step_seed(self.config.seed, step, self.rank))
         torch.manual_seed(step_seed(self.config.seed + 1, step, self.rank))
-        anchors, pairs = self._sample_pairs(gen)
-        broad = self.sampler.broad(anchors, gen).to(self.device)
-        narrow = [self.sampler.narrow(anchors, gen).to(self.device) for _ in range(self.config.narrow_views)]
+        batch, anchors, times, pairs = self._sample_examples(gen)
+        b, m = self.config.batch_size, self.pool_size
+        broad = self.sampler.broad(anchors[: 2 * b], gen, times=times[: 2 * b]).to(self.device)
+        narrow = [self.sampler.narrow(anchors[: 4 * b], gen, times=times[: 4 * b]).to(self.device) for _ in range(self.config.narrow_views)]
+        pool_h = self._pool_views(anchors[4 * b:], times[4 * b:], gen)
         q_coarse, q_fine = self._targets(broad)
         outputs, eng, pos, neg = self.ddp(narrow, [self._wk(v) for v in narrow], self.config.backend, pairs)
         c, tau = self.config, self.config.student_temperature
         parent = self.student.prototypes.parent_map()
         u, v = pairs["u"], pairs["v"]
-        proto, pair, hier, nce = 0.0, 0.0, 0.0, 0.0
-        for h, s_coarse, s_fine in outputs:
-            nce = nce + info_nce(h[u], h[v], torch.cat([h[pairs["rand"]], h[pairs["pop"]]]), c.nce_temperature)
-            proto = proto + 0.5 * (soft_cross_entropy(q_coarse, s_coarse / tau) + soft_cross_entropy(q_fine, s_fine / tau))
-            pair = pair + 0.25 * sum(
-                soft_cross_entropy(q[a], s[b] / tau) for q, s in ((q_coarse, s_coarse), (q_fine, s_fine)) for a, b in ((u, v), (v, u))
+        candidates = torch.cat([anchors[b: 2 * b], anchors[4 * b:]])  # the batch's positives, then the pool
+        log_q = self.candidates.log_q(candidates, b, m).to(self.device)
+        log_prior = self.prior.log_prior(candidates[None], batch.time[:, None]).to(self.device)
+        nodes = candidates.to(self.device)
+        weight = batch.weight.to(self.device)
+        losses = dict.fromkeys(("next", "proto", "pair", "hier", "nce"), 0.0)
+        for (h, s_coarse, s_fine), negatives in zip(outputs, pool_h):
+            s_coarse, s_fine = s_coarse[: 2 * b], s_fine[: 2 * b]
+            losses["next"] = losses["next"] + sampled_softmax(
+                h[u], torch.cat([h[v], negatives]), nodes, log_q, c.nce_temperature, log_prior, weight)
+            losses["nce"] = losses["nce"] + info_nce(h[u], h[v], negatives, c.nce_temperature)
+            losses["proto"] = losses["proto"] + 0.5 * (soft_cross_entropy(q_coarse, s_coarse / tau) + soft_cross_entropy(q_fine, s_fine / tau))
+            losses["pair"] = losses["pair"] + 0.25 * sum(
+                soft_cross_entropy(q[a], s[z] / tau) for q, s in ((q_coarse, s_coarse), (q_fine, s_fine)) for a, z in ((u, v), (v, u))
             )
-            hier = hier + hierarchy_loss(q_coarse, q_fine, torch.softmax(s_coarse / tau, -1), torch.softmax(s_fine / tau, -1), parent)
-        proto, pair, hier, nce = (x / len(outputs) for x in (proto, pair, hier, nce))
-        loss = c.w_proto * proto + c.w_pair * pair + c.w_hier * hier + c.w_eng * eng + c.w_nce * nce
-        named = (("loss_proto", proto), ("loss_pair", pair), ("loss_hier", hier), ("loss_eng", eng), ("loss_nce", nce))
-        parts = {name: float(value.detach()) for name, value in named}
+            losses["hier"] = losses["hier"] + hierarchy_loss(
+                q_coarse, q_fine, torch.softmax(s_coarse / tau, -1), torch.softmax(s_fine / tau, -1), parent)
+        losses = {name: value / len(outputs) for name, value in losses.items()}
+        losses["eng"] = eng
+        parts = {f"loss_{name}": float(value.detach()) for name, value in losses.items()}
         parts["eng_margin"] = float(pos.mean() - neg.mean())
         self._last = (outputs[0], pos, neg)
-        return loss, parts
+        return losses, parts
+
+    def _weights(self) -> dict[str, float]:
+        c = self.config
+        return {"next": c.w_next, "proto": c.w_proto, "pair": c.w_pair, "hier": c.w_hier, "eng": c.w_eng, "nce": c.w_nce}
+
+    def _gradient_shares(self, losses: dict[str, torch.Tensor]) -> dict[str, float]:
+        """``grad_share_<name> = ‖∇ w L‖ / Σ ‖∇ w' L'‖`` over the student's parameters (graph kept)."""
+        params = [p for p in self.student.parameters() if p.requires_grad]
+        norms = {}
+        for name, w in self._weights().items():
+            if w == 0 or not losses[name].requires_grad:
+                norms[name] = 0.0
+                continue
+            grads = torch.autograd.grad(w * losses[name], params, retain_graph=True, allow_unused=True)
+            norms[name] = math.sqrt(sum(float(g.pow(2).sum()) for g in grads if g is not None))
+        total = sum(norms.values()) or 1.0
+        return {f"grad_share_{name}": value / total for name, value in norms.items()}
 
     def _ema(self, momentum: float) -> None:
         with torch.no_grad():
-            for t, s in zip(self.teacher.parameters(), self.student.parameters()):
-                t.mul_(momentum).add_(s.detach(), alpha=1 - momentum)
+            teacher, student = list(self.teacher.parameters()), [s.detach() for s in self.student.parameters()]
+            torch._foreach_lerp_(teacher, student, 1 - momentum)  # t ← m t + (1 − m) s, in one pass
             for t, s in zip(self.teacher.buffers(), self.student.buffers()):
                 t.copy_(s)
 
@@ -250,7 +322,11 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.student.train()
-        loss, parts = self._losses(step)
+        losses, parts = self._losses(step)
+        loss = sum(w * losses[name] for name, w in self._weights().items())
+        every = self.config.grad_share_every
+        if every > 0 and (step + 1) % every == 0 and self.world == 1:  # DDP's reducer allows one backward
+            self._shares = self._gradient_shares(losses)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(self.student.parameters(), self.config.grad_clip)
@@ -263,7 +339,7 @@ class Trainer:
         (h, s_coarse, s_fine), pos, neg = self._last
         with torch.no_grad():
             coarse, fine = s_coarse.argmax(1), s_fine.argmax(1)
-        record = {"step": self.step, **parts}
+        record, self._shares = {"step": self.step, **parts, **self._shares}, {}
         record.update(collapse_metrics(coarse, fine, self.config.coarse, self.config.fine, h))
         if self.world > 1:
             loss = _all_reduce_sum(torch.tensor([record["loss"]], dtype=torch.float64)) / self.world

@@ -108,21 +108,33 @@ class Settings:
 
     # Self-supervised training (hir_encoder) and inference (entity_embeddings); see hir.models.trainer and hir.models.inference.
     train_steps: int = 150  # optimiser steps of a run from scratch
-    train_batch: int = 32  # positive edges per step (anchors = 4 x batch)
+    train_batch: int = 128  # causal examples per step (anchors = 4 x batch + pool)
     train_dim: int = 64  # encoder width
     train_layers: int = 2
     train_heads: int = 4
     train_coarse: int = 8  # K1 coarse prototypes
     train_fine: int = 48  # K2 fine prototypes
     train_lr: float = 0.005
-    train_broad_tokens: int = 16  # teacher view size
+    train_broad_tokens: int = 128  # teacher view size
     train_narrow_tokens: int = 16  # student view size
+    train_broad_recent: int = 64  # the anchor's newest entries a teacher view holds first (recency)
+    train_narrow_recent: int = 8  # the anchor's newest entries a student view holds first
     train_narrow_views: int = 1  # student views per anchor per step
     train_w_proto: float = 1.0  # loss weights: prototype cross-entropy, cross-edge pairs, hierarchy, engagement
     train_w_pair: float = 1.0
     train_w_hier: float = 0.5
     train_w_eng: float = 1.0
-    train_w_nce: float = 4.0  # InfoNCE between the student representations of each edge's two ends
+    train_w_nce: float = 0.0  # InfoNCE between the student representations of each example's two ends
+    train_w_next: float = 1.0  # next-engagement sampled softmax: user -> what it engages with next
+    # Node types a user's next engagement is predicted among (those present in the snapshot).
+    train_target_types: str = "product,ad,movie,item"
+    # Funnel weight of each event type as a positive (deeper weighs more; unlisted types give none),
+    # "event:weight,..."; empty: hir.models.examples.DEFAULT_FUNNEL_WEIGHTS.
+    train_funnel_weights: str = ""
+    train_pool_size: int = 896  # shared popularity-drawn negatives per step (negatives = batch - 1 + pool >= 1000)
+    train_pool_alpha: float = 0.75  # popularity exponent of that pool
+    train_prior_half_life_days: float = 0.0  # decay of the log prior the softmax adds (0: counts, as scoring)
+    train_grad_share_every: int = 50  # steps between measurements of each loss's share of the gradient
     train_checkpoint_every: int = 100
     train_log_every: int = 10
     # Warm-start a partition from the newest earlier partition's checkpoint, then fine-tune.
@@ -135,21 +147,34 @@ class Settings:
     bom_iterations: int = 8  # alternating rounds of codebook least squares and code update
     bom_train_sample: int = 100_000  # embeddings sampled to train the codebooks (all are encoded)
     bom_interests: int = 10  # strongest interests (most engaged entities) added to a user's bag
-    bom_own_weight: float = 0.5  # share of an entity's own codes in its bag when it has interests
+    bom_own_weight: float = 1.0  # a of m = a·own + (1 − a)·interests; 1 = own tokens only (synthetic: hir_bom/hir 0.81 at 1.0, 0.76 at 0.3, 0.70 at 0.5)
     bom_tokens_per_level: int = 8  # tokens kept per level in a bag (largest weights)
     bom_rerank: int = 200  # candidates re-ranked by embedding score in `hir retrieve` (0 = off)
 
-    # Evaluation (assets/evaluation.py): baselines fitted by the `baselines` asset (comma-separated
+    # Evaluation (assets/evaluation.py): baselines fitted by the evaluation (comma-separated
     # subset of popularity, cooccurrence, als, lightgcn, sasrec, text_world_knowledge; the neural
-    # ones are slow on CPU) and the bound on their epochs (0 = their configs' own).
+    # ones are slow on CPU), the bound on their epochs (0 = their configs' own) and how many seeds
+    # (seed, seed + 1, ...) SASRec, hir_seq and its controls run at (mean and std over them).
     eval_baselines: str = "popularity,cooccurrence,als,text_world_knowledge"
     eval_max_epochs: int = 0
+    eval_seeds: int = 1
+    # The funnel order of event types, upper stages first: stages separated by "<", the event types
+    # of one stage by "," (hir.evaluation.funnel). The last stage is the outcome a ranker predicts.
+    funnel_stages: str = "impression,view,pv<click,cart,fav<buy,purchase,conversion"
 
     # Torch runtime: "auto" picks cuda when present.
     device: str = "auto"
 
     # Feast and the UI.
     feast_port: int = 6566
+    # Feast online store: "sqlite" (a file under the data home), "redis" or "postgres" (a server at
+    # online_url: redis://[:password@]host:port[/db] or rediss://… for TLS;
+    # postgresql://user[:password]@host[:port]/database). See hir.serving.feast_store.online_store_config.
+    online_store: str = "sqlite"
+    online_url: str = ""
+    # Executor of hir_job: "multi_or_in_process" (Dagster's default) or "k8s" (one pod per step;
+    # needs `pip install 'hir[k8s]'`, see platform/deploy/).
+    executor: str = "multi_or_in_process"
     ui_host: str = "127.0.0.1"
     ui_port: int = 3000
 

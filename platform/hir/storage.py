@@ -32,6 +32,7 @@ SNAPSHOT_NODES_FILE = "nodes.parquet"
 SNAPSHOT_EDGES_FILE = "edges.parquet"
 WINDOWS_FILE = "windows.parquet"
 EMBEDDINGS_FILE = "embeddings.parquet"
+SERVING_EMBEDDINGS_FILE = "serving_embeddings.parquet"  # as of a later serving time (hir.evaluation.fresh)
 CODES_FILE = "codes.parquet"
 QUANTIZER_REPORT_FILE = "report.json"
 TOKENS_FILE = "tokens.parquet"
@@ -88,6 +89,10 @@ class Artifacts:
 
     def embeddings(self, partition: str) -> Path:
         return self.folder("entity_embeddings", partition) / EMBEDDINGS_FILE
+
+    def serving_embeddings(self, partition: str) -> Path:
+        """The partition's encoder's embeddings as of a later serving time (beside its own)."""
+        return self.folder("entity_embeddings", partition) / SERVING_EMBEDDINGS_FILE
 
     def quantizer_dir(self, partition: str) -> Path:
         return self.folder("bom_quantizer", partition)

@@ -20,6 +20,7 @@ import torch
 from hir.assets.tokens import bom_index, bom_quantizer, bom_tokens, token_descriptions
 from hir.cli.main import main
 from hir.graph.warehouse import connect
+from hir.models.quantizer import TOKEN_LEVEL_STRIDE, token_ids
 from hir.partitions import cutoff_of
 from hir.resources import build_resources
 from hir.storage import write_parquet
@@ -118,7 +119,7 @@ def built(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     home = tmp_path_factory.mktemp("tokens_home")
     for name, value in {"HIR_DATA_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), "HIR_BOM_CODES": "8,16,32",
-                        "HIR_BOM_ITERATIONS": "3", "HIR_BOM_INTERESTS": "6", "HIR_THREADS": "1", "HIR_DEVICE": "cpu"}.items():
+                        "HIR_BOM_ITERATIONS": "3", "HIR_BOM_INTERESTS": "6", "HIR_BOM_OWN_WEIGHT": "0.5", "HIR_THREADS": "1", "HIR_DEVICE": "cpu"}.items():
         mp.setenv(name, value)
     (home / "dagster").mkdir()
     from hir.settings import Settings
@@ -153,7 +154,7 @@ def test_every_bag_token_is_in_the_index(built):
         positions, query = store.index.postings(tokens)
         ids = store.index.entity_ids[store.index.rows[positions]]
         assert set(query[ids == bag["entity_id"]].tolist()) == set(range(len(bag["tokens"])))
-        assert all(t // 1_000_000 in (1, 2, 3) for t in bag["tokens"])
+        assert all(t // TOKEN_LEVEL_STRIDE in (1, 2, 3) for t in bag["tokens"])
 
 
 def test_bags_hold_interests(built):
@@ -164,7 +165,81 @@ def test_bags_hold_interests(built):
     advertiser = find_bag(store, "advertiser", "adv0")
     assert len(advertiser["tokens"]) > 3  # interests served through its ads
     category = find_bag(store, "category", "cat00")
-    assert len(category["tokens"]) == 3 and all(w == pytest.approx(1.0) for w in category["weights"])
+    assert len(category["tokens"]) == 3  # its own nested tokens only
+    assert sum(w * w for w in category["weights"]) == pytest.approx(1.0, rel=1e-5)  # every bag has unit norm
+    levels = sorted(t // TOKEN_LEVEL_STRIDE for t in category["tokens"])
+    assert levels == [1, 2, 3]
+
+
+def test_a_fine_token_implies_its_coarse_token(built):
+    """Entities sharing an own level-2 (or 3) token share every coarser own token."""
+    settings, _, _ = built
+    from hir.tokens.bom import codes_setting, read_codes
+
+    _, codes = read_codes(settings.artifacts_dir / "bom_quantizer" / PARTITION / "codes.parquet")
+    tokens = token_ids(torch.from_numpy(codes), codes_setting(settings))
+    for level in (1, 2):
+        fine, coarse = tokens[:, level], tokens[:, level - 1]
+        for t in fine.unique():
+            assert coarse[fine == t].unique().numel() == 1
+    assert tokens[:, 2].unique().numel() > tokens[:, 1].unique().numel() > tokens[:, 0].unique().numel()
+
+
+def test_bags_record_their_temperature_prior_and_dense_recall(built):
+    settings, ents, result = built
+    table = pq.read_table(settings.artifacts_dir / "bom_tokens" / PARTITION / "tokens.parquet")
+    assert float(table.schema.metadata[b"bag_temperature"]) > 0
+    prior = dict(zip(table.column("source_key").to_pylist(), table.column("log_prior").to_pylist()))
+    assert prior["ad0"] > 0 and prior["cat00"] == 0  # ads are engaged by users, categories are not
+    meta = {e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()}
+    kept = meta["bom_tokens"]["recall_of_dense_top100"].data
+    assert set(kept) == {"ad"}  # the only serving type with more than 100 entities
+    assert 0.3 < kept["ad"]["with_prior"] <= 1.0 and 0 < kept["ad"]["no_prior"] <= 1.0
+
+
+def _planted_embeddings(types: list[str], codes: np.ndarray):
+    from hir.tokens.bom import Embeddings
+
+    n = len(types)
+    return Embeddings(np.arange(n), np.asarray(types, dtype=object), np.asarray([f"k{i}" for i in range(n)], dtype=object),
+                      np.zeros((n, 2), np.float32)), token_ids(torch.from_numpy(codes), [4, 4]).numpy()
+
+
+def test_equal_bags_score_equally_whatever_their_kind():
+    """A cold user, a cold product, and a user and a product whose mixes repeat their own tokens
+    hold one bag, so a query scores them equally."""
+    import scipy.sparse as sp
+    from hir.models.index import InvertedIndex
+    from hir.settings import Settings
+    from hir.tokens.bom import build_bags
+
+    types = ["user", "product", "user", "product", "product", "user"]
+    codes = np.array([[1, 2], [1, 2], [1, 2], [1, 2], [3, 0], [3, 1]])
+    emb, tokens = _planted_embeddings(types, codes)
+    engagement = sp.csr_matrix(([2.0, 2.0, 1.0, 1.0], ([2, 3, 5, 4], [3, 2, 4, 5])), shape=(6, 6))
+    bags, columns = build_bags(emb, tokens, engagement, Settings().replace(bom_own_weight=0.5))
+    dense = bags.toarray()
+    for row in (1, 2, 3):
+        assert np.allclose(dense[row], dense[0])
+    rows, cols = bags.nonzero()
+    index = InvertedIndex.build(torch.from_numpy(rows), torch.from_numpy(columns[cols]), torch.from_numpy(bags.data),
+                                torch.arange(6), torch.tensor([0, 1, 0, 1, 1, 0]), ["user", "product"])
+    scores = index.scores(torch.from_numpy(columns[bags[0].indices]), torch.from_numpy(bags[0].data))
+    assert torch.allclose(scores[:4], scores[0].expand(4)) and scores[0] > scores[4]
+
+
+def test_a_token_every_bag_holds_adds_nothing():
+    """``idf = log(N / N) = 0``: adding one token to every bag leaves every ranking as it was."""
+    import scipy.sparse as sp
+    from hir.tokens.bom import bag_weights
+
+    rng = np.random.default_rng(0)
+    mass = sp.random(40, 12, density=0.3, random_state=1, format="csr") + sp.csr_matrix(np.eye(40, 12))
+    everywhere = sp.hstack([mass, sp.csr_matrix(rng.uniform(0.1, 1.0, (40, 1)))]).tocsr()
+    plain, common = bag_weights(mass), bag_weights(everywhere)
+    assert np.allclose(common.toarray()[:, -1], 0)
+    assert np.allclose(common.toarray()[:, :-1], plain.toarray())
+    assert np.allclose(np.linalg.norm(plain.toarray(), axis=1), 1)
 
 
 def _agreement(settings, ents) -> float:
@@ -193,7 +268,7 @@ def test_descriptions_name_the_planted_vocabulary(built):
     settings, ents, _ = built
     table = pq.read_table(settings.artifacts_dir / "token_descriptions" / PARTITION / "descriptions.parquet").to_pylist()
     level1 = [r for r in table if r["level"] == 1]
-    assert len(level1) == 8
+    assert len(level1) == 8 and all(r["path"] == r["token"] % TOKEN_LEVEL_STRIDE for r in table)
     for r in level1:
         prefixes = {name for t in r["top_terms"] for name in NAMES if t.startswith(name)}
         assert len(prefixes) == 1 and len(r["top_terms"]) == 5, r  # one coarse interest's words

@@ -8,6 +8,7 @@ from hir.models.quantizer import (
     HierarchicalQuantizer,
     QuantizerConfig,
     kmeans,
+    prefix_paths,
     split_token,
     token_ids,
 )
@@ -90,8 +91,26 @@ def test_kmeans_handles_duplicate_points():
     assert torch.isfinite(centroids).all()
 
 
-def test_token_ids_and_split():
-    codes = torch.tensor([[3, 7, 0]])
-    tokens = token_ids(codes)
-    assert tokens.tolist() == [[1_000_003, 2_000_007, 3_000_000]]
-    assert split_token(2_000_007) == (2, 7)
+def test_token_ids_are_nested_prefixes_and_split():
+    codes = torch.tensor([[3, 7, 0], [3, 7, 5], [3, 2, 0], [1, 7, 0]])
+    tokens = token_ids(codes, [4, 8, 16])
+    assert tokens[0].tolist() == [1_000_000_003, 2_000_000_000 + 3 * 8 + 7, 3_000_000_000 + (3 * 8 + 7) * 16]
+    assert split_token(int(tokens[0, 1])) == (2, 31)
+    # code 7 at level 2 is one token under code 3 at level 1 and another under code 1
+    assert tokens[0, 1] == tokens[1, 1] and tokens[0, 1] != tokens[3, 1]
+    assert tokens[0, 2] != tokens[2, 2] and tokens[0, 2] != tokens[3, 2]
+
+
+def test_a_fine_token_implies_its_coarse_token():
+    """Equal tokens at level l mean equal tokens at every level above, for any codes."""
+    g = torch.Generator().manual_seed(0)
+    sizes = [4, 6, 8]
+    codes = torch.stack([torch.randint(k, (2000,), generator=g) for k in sizes], 1)
+    tokens = token_ids(codes, sizes)
+    for level in (1, 2):
+        _, inverse = tokens[:, level].unique(return_inverse=True)
+        for group in range(int(inverse.max()) + 1):
+            assert tokens[inverse == group, : level].unique(dim=0).shape[0] == 1
+    assert prefix_paths(codes, sizes)[:, 2].max() < 4 * 6 * 8
+    with pytest.raises(ValueError):
+        token_ids(codes, [1000, 1000, 1000])

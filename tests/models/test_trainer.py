@@ -150,7 +150,7 @@ def test_interest_clusters_come_from_the_graph_not_only_the_noisy_item_content(p
     truth = events.coarse[entity].numpy()
     content_only, _ = nested_clusters(wk[items], graph.node_type[items], 4, 8)
     encoder = encoder_config_for(graph, dim=16, layers=1, heads=2, hash_buckets=2048, dropout=0.0, wk_dim=fines)
-    Trainer(graph, tiny_config(steps=80, batch_size=64, lr=2e-2, log_every=10), encoder, SAMPLER, tmp_path, wk=wk).fit()
+    Trainer(graph, tiny_config(steps=150, batch_size=64, lr=2e-2, log_every=10), encoder, SAMPLER, tmp_path, wk=wk).fit()
     emb = embed_all(graph, load_model(tmp_path, len(graph.edge_types)), SAMPLER, wk=wk, backend="dense", batch_size=128)
     coarse, _ = nested_clusters(emb.embedding, graph.node_type, 4, 8)
     content_nmi = nmi(truth[items], content_only.numpy())
@@ -158,3 +158,33 @@ def test_interest_clusters_come_from_the_graph_not_only_the_noisy_item_content(p
     assert nmi(truth[items], coarse[items].numpy()) > content_nmi + 0.3
     assert nmi(truth[~items], coarse[~items].numpy()) > 0.45  # users have no content: only the graph
     assert nmi(truth, coarse.numpy()) > 0.45
+
+
+def test_training_views_hold_nothing_at_or_after_their_example_and_report_gradient_shares(planted, tmp_path):
+    """Every view the trainer builds in a step (teacher and student) holds only edges strictly before
+    its anchor's example time — so no example's own engagement (``last_ts = t``) is inside — and
+    the record after a measured step carries each loss's share of the gradient norm."""
+    _, graph, _ = planted
+    config = tiny_config(steps=2, log_every=1, pool_size=40, grad_share_every=1, w_nce=1.0)
+    trainer = Trainer(graph, config, encoder_for(graph), SAMPLER, tmp_path)
+    seen = []
+
+    def recording(sample):
+        def wrapped(anchors, gen, times=None, exclude=None):
+            view = sample(anchors, gen, times=times, exclude=exclude)
+            seen.append((view, times))
+            return view
+        return wrapped
+
+    trainer.sampler.broad = recording(trainer.sampler.broad)
+    trainer.sampler.narrow = recording(trainer.sampler.narrow)
+    result = trainer.fit()
+    assert len(seen) == 2 * (1 + 2 * config.narrow_views)  # per step: teacher, student, pool
+    for view, times in seen:
+        assert times is not None and bool((times < graph.cutoff).all())
+        brought = ~view.pad & (view.hop > 0)
+        assert bool((view.edge_dt[brought] > 0).all())  # t − last_ts > 0: strictly before t
+        assert int(brought.sum()) > view.node.shape[0]  # and the views are not empty
+    shares = {k: v for k, v in result.metrics[-1].items() if k.startswith("grad_share_")}
+    assert set(shares) == {f"grad_share_{n}" for n in ("next", "proto", "pair", "hier", "eng", "nce")}
+    assert abs(sum(shares.values()) - 1) < 1e-6 and shares["grad_share_next"] > 0

@@ -203,6 +203,7 @@ def test_hir_eval_amazon_seq_end_to_end(tmp_path, data_home, capsys):
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["dataset"] == "amazon_beauty" and report["seed"] == 3
     assert report["hir"] == "not run" and report["recall@10"] is None and report["headline"] is None
+    assert report["seeds"] == [3] and "recall@10_std" not in report["baselines"]["sasrec"]  # one seed: plain rows
     assert set(report["baselines"]) == {"popularity", "cooccurrence", "als", "lightgcn", "sasrec"}
     assert report["skipped"] == {"text_world_knowledge": "the source has no item text"}
     for figures in report["baselines"].values():
@@ -212,12 +213,52 @@ def test_hir_eval_amazon_seq_end_to_end(tmp_path, data_home, capsys):
     assert 1 <= report["baselines"]["sasrec"]["epochs"] <= 3 and 1 <= report["baselines"]["lightgcn"]["epochs"] <= 3
 
 
+def test_hir_eval_seeds_report_the_sequence_family_mean_and_std_and_hir_heads(tmp_path, data_home, monkeypatch, capsys):
+    """``--seeds 2`` on leave-last-out with hir_seq: each family row's mean and sample std are those
+    of the family's figures computed separately at each seed; the top-level figures are hir's."""
+    from hir.cli.commands import eval as eval_command
+    from hir.cli.main import main
+    from hir.evaluation import scorers
+    from hir.models.baselines.cooccurrence import CooccurrenceScorer
+    from hir.settings import Settings
+
+    write_tiny_beauty(tmp_path)
+    monkeypatch.setenv("HIR_THREADS", "1")
+    hir_items = np.random.default_rng(0).normal(size=(60, 8))
+    monkeypatch.setattr(eval_command, "_pipeline", lambda *a: {"settings": Settings.from_env(), "partition": "2015-01-01"})
+    monkeypatch.setattr(scorers, "hir_factories", lambda *a: {"hir": PopularityScorer, "hir_recent": CooccurrenceScorer})
+    monkeypatch.setattr(scorers, "hir_item_table", lambda *a: hir_items)
+    code = main(["eval", "amazon_seq", "--path", str(tmp_path), "--json", "--seed", "3", "--seeds", "2",
+                 "--max-epochs", "1", "--baselines", "popularity,sasrec"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["headline"] == "hir" and report["headline_rule"] == scorers.HEADLINE_RULE
+    assert report["recall@10"] == report["hir"]["hir"]["recall@10"] and report["ndcg@5"] == report["hir"]["hir"]["ndcg@5"]
+    assert list(report["hir"]) == ["hir", "hir_recent", "hir_seq"]
+    assert list(report["baselines"]) == ["popularity", "sasrec", "sasrec_als"]
+    assert report["skipped"] == {"sasrec_text": "the source has no item text"}
+    assert report["seeds"] == [3, 4] and report["repeated_over_seeds"] == ["sasrec", "hir_seq", "sasrec_als"]
+    assert "recall@10_std" not in report["baselines"]["popularity"]  # the rest runs once
+    split = protocols.amazon_split(tmp_path)
+    family_at, _ = scorers.sequence_family(split, Settings.from_env(), 3, 1, hir_items)
+    separate = [protocols.run_scorers(split, family_at(seed), ks=(5, 10)) for seed in (3, 4)]
+    rows = {**report["baselines"], **report["hir"]}
+    for name in ("sasrec", "hir_seq", "sasrec_als"):
+        assert rows[name]["seeds"] == [3, 4] and rows[name]["queries"] == 80
+        for metric in ("recall@5", "ndcg@5", "recall@10", "ndcg@10"):
+            figures = [run[name][metric] for run in separate]
+            assert rows[name][metric] == pytest.approx(np.mean(figures), abs=1e-6), (name, metric)
+            assert rows[name][f"{metric}_std"] == pytest.approx(np.std(figures, ddof=1), abs=1e-6), (name, metric)
+    assert any(rows["sasrec"][f"{m}_std"] > 0 for m in ("recall@10", "ndcg@10"))  # the seeds differ
+
+
 def test_hir_eval_refuses_missing_path_and_unknown_baseline(data_home, capsys):
     from hir.cli.main import main
 
     assert main(["eval", "amazon_seq"]) == 2
     assert main(["eval", "synthetic", "--baselines", "popularity,magic"]) == 2
     assert "unknown magic" in capsys.readouterr().err
+    assert main(["eval", "synthetic", "--seeds", "0"]) == 2
 
 
 def test_unix_seconds_whatever_the_resolution():

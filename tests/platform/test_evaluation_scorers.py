@@ -1,5 +1,5 @@
 """hir's scorers: the embedding dot product and its key alignment, the prior-corrected cosine, the
-engagement re-ranking, and which scorer heads a report."""
+engagement re-ranking, the starting tables of hir_seq and its controls, and which scorer heads a report."""
 
 from __future__ import annotations
 
@@ -8,13 +8,20 @@ import pytest
 import torch
 from hir.evaluation.protocols import leave_last_out
 from hir.evaluation.scorers import (
+    HEADLINE_RULE,
+    HEADLINE_SCORER,
     EmbeddingScorer,
     EngagementRerankScorer,
     PriorCorrectedScorer,
     embedding_scorer,
-    headline_scorer,
+    hir_item_table,
+    sasrec_config,
+    sequence_family,
+    text_start,
 )
+from hir.models.baselines.als import ALSScorer
 from hir.models.baselines.base import Interactions
+from hir.models.baselines.sasrec import SASRecScorer
 from planted_interactions import CLUSTERS, item_cluster_vectors, planted, recall
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -95,8 +102,76 @@ def test_embedding_scorer_aligns_by_key():
     assert scorer.name == "hir"
 
 
-def test_headline_is_the_sequence_scorer_on_leave_last_out_only():
-    rows = {"hir": {}, "hir_seq": {}}
-    assert headline_scorer({"protocol": "leave_last_out"}, rows) == "hir_seq"
-    assert headline_scorer({"protocol": "temporal"}, rows) == "hir"
-    assert headline_scorer({"protocol": "leave_last_out"}, {"hir": {}}) == "hir"  # no SASRec run
+def test_headline_is_hir_own_scorer_by_a_stated_rule():
+    assert HEADLINE_SCORER == "hir" and "always hir's own" in HEADLINE_RULE and "hir_seq" in HEADLINE_RULE
+
+
+def test_hir_item_table_is_the_cut_off_item_embeddings_in_split_order(tmp_path):
+    import pandas as pd
+    from hir.storage import Artifacts
+
+    split = leave_last_out(["u1", "u2"], [["1", "2", "3"], ["2", "3", "1"]])
+    artifacts = Artifacts(tmp_path)
+    assert hir_item_table(split, artifacts, "2015-01-01") is None  # no entity embeddings
+    path = artifacts.embeddings("2015-01-01")
+    path.parent.mkdir(parents=True)
+    pd.DataFrame({"entity_id": [0, 1, 2], "entity_type": ["product", "user", "product"], "source_key": ["i3", "u1", "i1"],
+                  "embedding": [[1.0, 2.0], [9.0, 9.0], [3.0, 4.0]]}).to_parquet(path)
+    table = hir_item_table(split, artifacts, "2015-01-01", lambda keys: np.array([f"i{k}" for k in keys]))
+    keys = list(split.item_keys)
+    assert table[keys.index("3")].tolist() == [1.0, 2.0] and table[keys.index("1")].tolist() == [3.0, 4.0]
+    assert table[keys.index("2")].tolist() == [0.0, 0.0]  # no embedding: a zero row (the random start)
+
+
+def test_text_start_keeps_the_geometry_of_the_items_with_text():
+    rng = np.random.default_rng(0)
+    text = rng.normal(size=(6, 3)) @ rng.normal(size=(3, 12))  # 12-d vectors in a 3-d subspace
+    text[2] = 0.0  # no text
+    start = text_start(text, 4)
+    assert start.shape == (6, 4) and not start[2].any()
+    present = [0, 1, 3, 4, 5]
+    distances = lambda x: np.linalg.norm(x[present][:, None] - x[present][None], axis=-1)  # noqa: E731
+    assert np.allclose(distances(start), distances(text), atol=1e-4)
+    assert np.array_equal(text_start(text, 12), text.astype(np.float32))  # already at the width: as it is
+
+
+def test_hir_seq_and_its_controls_start_alike_and_are_otherwise_the_plain_model():
+    # training (all but each user's last two items) holds items 1, 2, 3; items 4, 5, 6 only later
+    split = leave_last_out(["a", "b", "c"], [["1", "2", "3", "4"], ["2", "3", "4", "5"], ["1", "3", "2", "6"]])
+    keys = list(split.item_keys)
+    trained = [keys.index(k) for k in ("1", "2", "3")]
+    width, rng = 4, np.random.default_rng(1)
+    hir_items = rng.normal(size=(6, width))
+    hir_items[keys.index("5")] = 0.0  # an item without a hir embedding
+    text = rng.normal(size=(6, 10))
+    text[keys.index("2")] = 0.0  # an item without text
+    settings = type("Settings", (), {"threads": 1})()
+    family_at, skipped = sequence_family(split, settings, seed=0, max_epochs=0, hir_items=hir_items, text=lambda: text)
+    assert skipped == {}
+    family = family_at(7)
+    assert list(family) == ["sasrec", "hir_seq", "sasrec_text", "sasrec_als"]
+    tables = {name: make().fit(split.train, split.validation).model.item.weight.detach()[1:] for name, make in family.items()}
+    plain = SASRecScorer(sasrec_config(7, 0, width)).fit(split.train).model.item.weight.detach()[1:]
+    assert tables["sasrec"].shape == (6, 64) and {t.shape for n, t in tables.items() if n != "sasrec"} == {(6, width)}
+    unit = lambda x: torch.nn.functional.normalize(torch.as_tensor(x, dtype=torch.float32), dim=-1)  # noqa: E731
+    als = ALSScorer(factors=width, seed=0, threads=1).fit(split.train).item_factors
+    expected = {"hir_seq": (unit(hir_items), hir_items.any(axis=1)),
+                "sasrec_text": (unit(text_start(text, width)), text.any(axis=1)),
+                "sasrec_als": (unit(als), np.isin(np.arange(6), trained))}
+    for name, (rows, has_vector) in expected.items():
+        table = tables[name]
+        assert torch.allclose(table[has_vector], rows[has_vector], atol=1e-6), name  # unit rows, as hir_seq's
+        assert torch.allclose(table[has_vector].norm(dim=1), torch.ones(int(has_vector.sum()))), name
+        assert torch.equal(table[~has_vector], plain[~has_vector]), name  # the plain model's seeded start
+        assert not torch.equal(table[has_vector], plain[has_vector]), name
+    assert family["sasrec_text"]().config.train.seed == 7 and family["sasrec_text"]().config.hidden == width
+
+
+def test_sequence_family_without_hir_is_sasrec_alone_and_without_text_has_no_text_control():
+    split = leave_last_out(["a", "b"], [["1", "2", "3", "4"], ["2", "3", "4", "1"]])
+    settings = type("Settings", (), {"threads": 1})()
+    family_at, skipped = sequence_family(split, settings, seed=0, max_epochs=1)
+    assert list(family_at(0)) == ["sasrec"] and skipped == {}
+    family_at, skipped = sequence_family(split, settings, seed=0, max_epochs=1, hir_items=np.ones((4, 8)))
+    assert list(family_at(0)) == ["sasrec", "hir_seq", "sasrec_als"]
+    assert skipped == {"sasrec_text": "the source has no item text"}

@@ -22,6 +22,7 @@ from hir.serving.feast_store import (
     REPO_DIR,
     FeastStore,
     check_feature_table,
+    online_store_config,
     type_name,
     write_feature_tables,
 )
@@ -53,7 +54,7 @@ def world(tmp_path_factory):
     feast.apply(store)
     keys = [f"user-{i}" for i in range(COUNTS["user"])]
     feast.materialize(cutoff_of(P1), cutoff_of(P1), list(COUNTS), store)
-    first = feast.online("user", keys + ["user-unknown"], store=store)
+    first = feast.online("user", keys + ["user-unknown"], reader=feast.reader(store))
     feast.materialize(cutoff_of(P2), cutoff_of(P2), list(COUNTS), store)
     return {"settings": settings, "feast": feast, "store": store, "v1": v1, "v2": v2, "keys": keys, "first": first}
 
@@ -74,7 +75,7 @@ def test_unknown_keys_come_back_missing(world):
 
 
 def test_online_store_holds_the_newer_partition(world):
-    got = world["feast"].online("ad", [f"ad-{i}" for i in range(COUNTS["ad"])], store=world["store"])
+    got = world["feast"].online("ad", [f"ad-{i}" for i in range(COUNTS["ad"])])
     np.testing.assert_array_equal(np.array(got["hir_embedding"], np.float32), world["v2"]["ad"])
     assert got["model_version"] == ["m2"] * COUNTS["ad"]
     assert got["bom_tokens"] == [[]] * COUNTS["ad"], "no tokens file: empty token lists"
@@ -112,7 +113,7 @@ def test_rematerialising_leaves_one_row_per_entity(world):
 @pytest.mark.slow
 def test_feature_server_answers_like_the_sdk(world):
     keys = ["user-0", "user-5", "user-unknown"]
-    sdk = world["feast"].online("user", keys, store=world["store"])
+    sdk = world["feast"].online("user", keys)
     port = free_port()
     proc = start_server(world["settings"].data_home, port, timeout_s=90)
     try:
@@ -199,3 +200,38 @@ def test_type_names():
     assert type_name("Ad Group") == "ad_group"
     with pytest.raises(SettingsError):
         type_name("9lives")
+
+
+def test_online_reader_answers_like_feasts_get_online_features(world):
+    """hir's reader (the store's own online_read) returns what Feast's get_online_features does."""
+    store = world["store"]
+    entities = {"user_key": ["user-0", "user-3", "nobody"], "ad_key": ["ad-1", "ad-1", "ad-zzz"]}
+    service = store.get_feature_service("ranker_v1")
+    want = store.get_online_features(features=service, entity_rows=entities, full_feature_names=True).to_dict()
+    got = world["feast"].reader(store).service("ranker_v1", entities)
+    assert set(got) == set(want) - set(entities) and len(got) == 14
+    for name, values in got.items():
+        assert values == want[name], name
+
+
+def test_online_store_settings_render_feasts_online_store_block():
+    assert online_store_config("sqlite", "") is None
+    assert online_store_config("redis", "redis://:s%40cret@cache.internal:6380/2") == {
+        "type": "redis", "connection_string": "cache.internal:6380,db=2,ssl=false,password=s@cret"}
+    assert online_store_config("redis", "rediss://cache")["connection_string"] == "cache:6379,db=0,ssl=true"
+    assert online_store_config("postgres", "postgresql://feast:pw@db:5433/online?sslmode=disable") == {
+        "type": "postgres", "host": "db", "port": 5433, "database": "online", "user": "feast", "password": "pw",
+        "sslmode": "disable"}
+    for kind, url in [("cassandra", ""), ("redis", ""), ("redis", "postgresql://db/x"), ("postgres", "postgresql://db")]:
+        with pytest.raises(SettingsError):
+            online_store_config(kind, url)
+
+
+def test_the_resource_renders_the_configured_store(tmp_path):
+    settings = Settings.from_env(data_home=tmp_path, online_store="redis", online_url="redis://127.0.0.1:7001/3")
+    feast = FeastStore.from_settings(settings)
+    config = feast.repo_config()
+    assert config.online_store.type == "redis"
+    assert config.online_store.connection_string == "127.0.0.1:7001,db=3,ssl=false"
+    assert feast.online_target == "redis 127.0.0.1:7001/3"
+    assert config.registry.path == str(settings.feast_dir / "registry.db"), "the registry stays under the data home"

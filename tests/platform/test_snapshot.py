@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import shared_data
 from hir.graph.snapshot import (
+    Provenance,
     build_snapshot,
     build_windows,
     verify_snapshot,
@@ -343,6 +344,24 @@ def test_daily_chain_of_incremental_snapshots_equals_full_and_a_late_event_recom
     _assert_same_snapshot(late, tmp_path / "late-full")
 
 
+@pytest.mark.parametrize("change", ["ts", "dst"])
+def test_an_event_replaced_in_a_covered_day_makes_the_state_stale(tiny, tmp_path, change):
+    """Same number of events that day, so only the checksum can tell: the state is not advanced."""
+    base, inc, full = (tmp_path / name for name in ("base", "inc", "full"))
+    for folder in (base, inc, full):
+        folder.mkdir()
+    settings = Settings.from_mapping({}, threads=1)
+    with connect(tiny) as con:
+        build_snapshot(con, DAY0 + timedelta(days=3), settings, base)
+        replaced = {"ts": "ts = ts + INTERVAL 1 HOUR", "dst": "dst = 11"}[change]
+        con.execute(f"UPDATE events SET {replaced} WHERE src = 1 AND ts = ?", [DAY0 + timedelta(days=1)])
+        summary = build_snapshot(con, DAY0 + timedelta(days=4), settings, inc, states=[base / "state"])
+        build_snapshot(con, DAY0 + timedelta(days=4), Settings.from_mapping({}, threads=1, snapshot_incremental=False), full)
+    assert summary.provenance.mode == "full" and summary.provenance.stale == (base / "state",)
+    assert summary.provenance.first_late_day == (DAY0 + timedelta(days=1)).date()
+    _assert_same_snapshot(inc, full)
+
+
 def test_a_state_built_with_other_half_lives_is_not_advanced(tiny, tmp_path):
     first, second = tmp_path / "a", tmp_path / "b"
     first.mkdir(), second.mkdir()
@@ -353,6 +372,21 @@ def test_a_state_built_with_other_half_lives_is_not_advanced(tiny, tmp_path):
     assert summary.provenance.mode == "full"
     click = _edges_by_entity(second)[(1, 10, "click")]
     assert click["weight"] == pytest.approx(2 ** -3 + 2 ** -1)
+
+
+def test_a_state_fingerprinted_with_another_checksum_is_rebuilt_without_reporting_late_events(tiny, tmp_path):
+    """A state from before a change of DAY_CHECKSUM: every day would look changed, which is no late event."""
+    from hir.storage import read_json, write_json
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir(), second.mkdir()
+    settings = Settings.from_mapping({}, threads=1)
+    with connect(tiny, read_only=True) as con:
+        build_snapshot(con, DAY0 + timedelta(days=3), settings, first)
+        meta = read_json(first / "state" / "state.json")
+        write_json(first / "state" / "state.json", {**meta, "day_checksum": "bit_xor(hash(src, dst, event_type, ts))"})
+        summary = build_snapshot(con, DAY0 + timedelta(days=4), settings, second, states=[first / "state"])
+    assert summary.provenance == Provenance("full")
 
 
 def test_configure_sets_the_memory_cap_and_a_spill_folder_it_creates(tmp_path):

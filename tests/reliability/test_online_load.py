@@ -11,7 +11,7 @@ HOSTILE_KEY = "'; DROP TABLE events; --"
 
 @pytest.mark.slow
 def test_reads_during_materialisation_are_old_or_new_never_errors(data_home):
-    stats = online_load(data_home, clients=8, seconds=10.0, seed=0)
+    stats = online_load(FeastStore(data_home=str(data_home)), clients=8, seconds=10.0, seed=0)
     assert stats["lookups"] > 0
     assert stats["lookup_errors"] == 0
     assert stats["mixed_answers"] == 0

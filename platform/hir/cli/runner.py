@@ -151,7 +151,10 @@ def release_dead_runs(instance: dg.DagsterInstance) -> list[str]:
     return released
 
 
-def run_pipeline(settings: Settings, partition: str | None = None, ingest_only: bool = False) -> int:
+def run_pipeline(settings: Settings, partition: str | None = None, ingest_only: bool = False,
+                 only: list[str] | None = None) -> int:
+    """Ingest, then materialise every partitioned asset (or those named in ``only``) for ``partition``
+    (default: the newest complete one)."""
     from hir.definitions import build_definitions
     from hir.errors import SettingsError
     from hir.instance import prepare
@@ -171,7 +174,8 @@ def run_pipeline(settings: Settings, partition: str | None = None, ingest_only: 
             return 0
         job = defs.resolve_job_def("hir_job")
         graph = defs.resolve_asset_graph()
-        partitioned = [k for k in graph.get_all_asset_keys() if graph.get(k).partitions_def is not None]
+        partitioned = [k for k in graph.get_all_asset_keys() if graph.get(k).partitions_def is not None
+                       and (only is None or k.to_user_string() in only)]
         if not partitioned:
             return 0
         partition = partition or newest_complete_partition(settings)

@@ -81,15 +81,19 @@ def read_entity_vectors(path: Path, entity_type: str) -> tuple[np.ndarray, np.nd
     return rows["source_key"].astype(str).to_numpy(), vectors.astype(np.float32)
 
 
-def bag_vectors(tokens_path: Path, entity_type: str, vocabulary: dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """Source keys and dense ``[n, |vocabulary|]`` token-weight rows of ``entity_type``'s bags."""
+def bag_vectors(tokens_path: Path, entity_type: str, vocabulary: dict[int, int]):
+    """Source keys and the sparse ``[n, |vocabulary|]`` token-weight rows (scipy CSR) of
+    ``entity_type``'s bags."""
+    import scipy.sparse as sp
+
     table = pq.read_table(tokens_path, columns=["entity_type", "source_key", "tokens", "weights"]).to_pandas()
     rows = table[table["entity_type"] == entity_type]
-    out = np.zeros((len(rows), len(vocabulary)), dtype=np.float32)
-    for n, (tokens, weights) in enumerate(zip(rows["tokens"], rows["weights"])):
-        for t, w in zip(tokens, weights):
-            out[n, vocabulary[int(t)]] += float(w)
-    return rows["source_key"].astype(str).to_numpy(), out
+    lengths = rows["tokens"].map(len).to_numpy()
+    flat = np.concatenate([np.asarray(t, np.int64) for t in rows["tokens"]]) if len(rows) else np.zeros(0, np.int64)
+    weights = np.concatenate([np.asarray(w, np.float32) for w in rows["weights"]]) if len(rows) else np.zeros(0, np.float32)
+    columns = np.asarray([vocabulary[int(t)] for t in flat], dtype=np.int64)
+    matrix = sp.csr_matrix((weights, (np.repeat(np.arange(len(rows)), lengths), columns)), shape=(len(rows), len(vocabulary)))
+    return rows["source_key"].astype(str).to_numpy(), matrix
 
 
 def token_vocabulary(tokens_path: Path) -> dict[int, int]:
@@ -97,6 +101,12 @@ def token_vocabulary(tokens_path: Path) -> dict[int, int]:
     :func:`bag_vectors`' rows."""
     all_tokens = pq.read_table(tokens_path, columns=["tokens"]).column("tokens").combine_chunks().flatten()
     return {int(t): n for n, t in enumerate(np.unique(all_tokens.to_numpy()))}
+
+
+def bag_temperature(tokens_path: Path) -> float:
+    """``τ`` of the bags' overlap (:func:`hir.tokens.bom.bag_temperature`), stored with the bags."""
+    meta = pq.read_schema(tokens_path).metadata or {}
+    return float(meta[b"bag_temperature"])
 
 
 def encoder_temperature(artifacts: Artifacts, partition: str) -> float:

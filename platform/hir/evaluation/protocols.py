@@ -3,7 +3,7 @@
 Both turn input data into a :class:`Split` — training interactions, validation queries (for early
 stopping) and test queries — on which every :class:`~hir.models.baselines.base.Scorer` is fitted
 and evaluated in the same run, by :func:`run_scorers` (the scorers are listed in
-:mod:`hir.evaluation.scorers`).
+:mod:`hir.evaluation.scorers`), or by :func:`run_over_seeds` for those repeated over seeds.
 
 * :func:`leave_last_out` (``amazon_seq``, S3-Rec/TIGER tables): train on all but each user's last
   two items, validate on the second to last (history: the training part), test on the last
@@ -262,6 +262,38 @@ def run_scorers(split: Split, factories: dict[str, Callable[[], Scorer]], ks: It
         results[name] = row
         progress(f"{name}: " + ", ".join(f"{k}={v}" for k, v in row.items() if not isinstance(v, dict)))
     return results
+
+
+def run_over_seeds(split: Split, factories_at: Callable[[int], dict[str, Callable[[], Scorer]]], seeds: list[int],
+                   ks: Iterable[int], progress: Callable[[str], None] = lambda _: None) -> dict[str, dict]:
+    """:func:`run_scorers` on ``factories_at(seed)`` for each of ``seeds``: with one seed its rows as
+    they are, with more one row per scorer by :func:`mean_over_seeds`."""
+    runs = [run_scorers(split, factories_at(seed), ks, lambda m, seed=seed: progress(f"seed {seed}: {m}")) for seed in seeds]
+    if len(runs) == 1:
+        return runs[0]
+    return {name: mean_over_seeds([run[name] for run in runs], seeds) for name in runs[0]}
+
+
+def mean_over_seeds(rows: list[dict], seeds: list[int]) -> dict:
+    """One scorer's rows of :func:`run_scorers` at several seeds as one: each figure's mean under its
+    own key and its sample standard deviation (``n - 1``) under ``<figure>_std`` (slices alike),
+    ``queries`` as it is, the ``seeds`` and the ``per_seed`` rows."""
+    return _mean_and_std(rows) | {"seeds": list(seeds), "per_seed": rows}
+
+
+def _mean_and_std(rows: list[dict]) -> dict:
+    """Rows of the same keys as one: ``queries`` kept, nested slices recursed, every other figure's
+    mean and ``<figure>_std``."""
+    out = {}
+    for key, value in rows[0].items():
+        if isinstance(value, dict):
+            out[key] = _mean_and_std([row[key] for row in rows])
+        elif key == "queries":
+            out[key] = value
+        else:
+            figures = np.array([row[key] for row in rows], dtype=float)
+            out[key], out[f"{key}_std"] = round(float(figures.mean()), 6), round(float(figures.std(ddof=1)), 6)
+    return out
 
 
 def beating_every_baseline(hir: dict[str, dict], baselines: dict[str, dict], metrics=("recall@10", "ndcg@10")) -> list[str]:

@@ -111,14 +111,19 @@ def binary_metrics(y: np.ndarray, p: np.ndarray) -> dict:
     return {"auc": round(float(roc_auc_score(y, p)), 6), "logloss": round(loss, 6), "ne": round(loss / entropy, 6)}
 
 
-def fit_and_score(train_x: pd.DataFrame, train_y: np.ndarray, test_x: pd.DataFrame, test_y: np.ndarray, seed: int) -> dict:
-    """HistGradientBoostingClassifier on ``train`` (early stopping off), metrics on ``test``."""
+def fit_predict(train_x: pd.DataFrame, train_y: np.ndarray, test_x: pd.DataFrame, seed: int) -> np.ndarray:
+    """HistGradientBoostingClassifier fitted on ``train`` (early stopping off): ``P(y = 1)`` of ``test``."""
     from sklearn.ensemble import HistGradientBoostingClassifier
 
     model = HistGradientBoostingClassifier(max_iter=100, learning_rate=0.1, max_leaf_nodes=15,
                                            l2_regularization=1.0, early_stopping=False, random_state=seed)
     model.fit(train_x.to_numpy(np.float64), train_y)
-    return binary_metrics(test_y, model.predict_proba(test_x.to_numpy(np.float64))[:, 1])
+    return model.predict_proba(test_x.to_numpy(np.float64))[:, 1]
+
+
+def fit_and_score(train_x: pd.DataFrame, train_y: np.ndarray, test_x: pd.DataFrame, test_y: np.ndarray, seed: int) -> dict:
+    """:func:`fit_predict`, metrics on ``test``."""
+    return binary_metrics(test_y, fit_predict(train_x, train_y, test_x, seed))
 
 
 def _lift(base: dict, with_hir: dict) -> dict:

@@ -4,22 +4,34 @@ partition's artefacts), plus the classes that turn hir's representations into sc
 
 hir's scorers on a split:
 
-* ``hir`` — the user's and item's entity embeddings at ``T``, cosine over the encoder's InfoNCE
-  temperature plus the item's log prior (:class:`PriorCorrectedScorer`);
+* ``hir`` — the user's and item's embeddings as of the end of the test queries' history
+  (:func:`hir.evaluation.fresh.scoring_embeddings`: the partition's encoder, not retrained, on the
+  graph as of then — on leave-last-out that includes each user's validation item, as every
+  baseline's history does), cosine over the encoder's temperature plus the item's log prior
+  (:class:`PriorCorrectedScorer`, the prior the training softmax added);
+* ``hir_at_cutoff`` — where those differ, the same encoder's embeddings at the cut-off ``T``: the
+  control that shows what the serving-time refresh adds;
 * ``hir_recent`` — the same with the user's last items' embeddings as the query;
 * ``hir_no_prior`` — the plain dot product (:class:`EmbeddingScorer`), the ablation of the prior;
 * ``hir_engagement`` — ``hir``'s top :data:`ENGAGEMENT_CANDIDATES` re-ranked by the encoder's
   engagement head for the target event type (:class:`EngagementRerankScorer`);
-* ``hir_seq`` — where the run trains SASRec: the same sequence model with its item table started
-  from hir's item embeddings, so the pair measures what hir's representation adds to it;
-* ``hir_bom`` — Bag-of-Meaning overlap ``Σ_t q_t(u) w_t(i)`` of the partition's token bags, the
-  score the BoM index computes.
+* ``hir_bom`` — Bag-of-Meaning overlap ``Σ_t q_t(u) w_t(i)`` of the partition's token bags (the
+  score the BoM index computes) over the bags' temperature, plus the same item log prior
+  (:class:`BagScorer`).
 
-:func:`headline_scorer` fixes, by rule and before the run, which of them heads a report.
+The SASRec family (:data:`SEQUENCE_FAMILY`, :func:`sequence_family`), where the run trains SASRec,
+repeated over the run's seeds: ``sasrec`` from its random start; ``hir_seq``, the same model with
+its item table started from hir's item embeddings (:func:`hir_item_table`); and its two controls,
+the same model at hir_seq's width started from the items' text vectors alone (``sasrec_text``) or
+from ALS item factors (``sasrec_als``), so hir_seq's lead over them is what hir's representation
+adds beyond its world knowledge and beyond collaborative factors.
+
+:data:`HEADLINE_SCORER` heads every report, by :data:`HEADLINE_RULE`, fixed before any run.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Iterable
 
 import numpy as np
@@ -28,13 +40,15 @@ import torch
 from torch import nn
 
 from hir.evaluation.data import (
+    bag_temperature,
     bag_vectors,
     encoder_temperature,
     engagement_head,
     read_entity_vectors,
     token_vocabulary,
 )
-from hir.evaluation.protocols import DAY, Split
+from hir.evaluation.fresh import scoring_embeddings
+from hir.evaluation.protocols import DAY, Split, run_over_seeds
 from hir.models.baselines.als import ALSScorer
 from hir.models.baselines.base import Scorer, last_items
 from hir.models.baselines.cooccurrence import CooccurrenceScorer
@@ -47,6 +61,10 @@ from hir.storage import Artifacts
 
 ENGAGEMENT_CANDIDATES = 200  # hir_engagement: the candidates the engagement head re-ranks
 RECENT_WEIGHTS = (1.0, 0.5, 0.25)  # hir_recent's query: the user's last items, as the co-occurrence baseline weighs them
+SEQUENCE_FAMILY = ("sasrec", "hir_seq", "sasrec_text", "sasrec_als")  # SASRec and its started copies, run over the seeds
+HEADLINE_SCORER = "hir"
+HEADLINE_RULE = ("the top-level figures are always hir's own, the user's entity embedding (the hir scorer), "
+                 "fixed before any run; every other scorer, hir_seq included, is its own row")
 
 
 class EmbeddingScorer(Scorer):
@@ -121,6 +139,45 @@ class PriorCorrectedScorer(Scorer):
         return self.query(users, history) @ self.item_vectors.T / self.temperature + self.log_prior
 
 
+class BagScorer(Scorer):
+    """Bag-of-Meaning retrieval: ``s_ui = Σ_t q_t(u) w_t(i) / τ + log(p_i + 1)``.
+
+    The overlap of unit-norm token bags (:mod:`hir.tokens.bom`: the score the BoM index computes)
+    over the bags' temperature ``τ``, plus the same item log prior as :class:`PriorCorrectedScorer`.
+    ``τ`` is the one stored with the bags (fitted to the embedding's scale).
+
+    Args:
+        user_bags: ``[n_users, T]`` scipy CSR; item_bags: ``[n_items, T]`` (empty rows where none).
+        temperature: ``τ``. half_life: popularity decay as for :class:`PriorCorrectedScorer`.
+        name: the scorer's name in reports.
+    """
+
+    name = "bag"
+
+    def __init__(self, user_bags, item_bags, temperature: float, half_life: float | None = None, name: str | None = None):
+        self.user_bags, self.item_bags_t = user_bags.tocsr(), item_bags.T.tocsc()
+        self.temperature, self.half_life = temperature, half_life
+        self.name = name or self.name
+        self.log_prior = torch.zeros(item_bags.shape[0])
+
+    def fit(self, train, validation=None):
+        self.log_prior = torch.log1p(PopularityScorer(self.half_life).fit(train).item_scores)
+        return self
+
+    def score(self, users, history):
+        overlap = (self.user_bags[np.asarray(users)] @ self.item_bags_t).toarray()
+        return torch.from_numpy(overlap.astype(np.float32)) / self.temperature + self.log_prior
+
+
+def aligned_bags(keys, bags, wanted):
+    """``[len(wanted), T]`` CSR: the bag row whose key in ``keys`` is each wanted key, empty where none is."""
+    import scipy.sparse as sp
+
+    where = pd.Index([str(k) for k in keys]).get_indexer([str(k) for k in wanted])
+    return sp.diags((where >= 0).astype(np.float32)) @ bags[np.maximum(where, 0)] if len(keys) else \
+        sp.csr_matrix((len(wanted), bags.shape[1]), dtype=np.float32)
+
+
 class EngagementRerankScorer(Scorer):
     """A retrieval scorer's top ``K`` candidates re-ranked by an engagement head.
 
@@ -176,15 +233,17 @@ def embedding_scorer(split: Split, user_keys, user_vectors, item_keys, item_vect
         name: the scorer's name in reports.
     Users or items without a vector score 0.
     """
-    def aligned(keys, vectors, wanted):
-        vectors = np.asarray(vectors, dtype=np.float32)
-        out = np.zeros((len(wanted), vectors.shape[1]), dtype=np.float32)
-        where = pd.Index([str(k) for k in keys]).get_indexer([str(k) for k in wanted])
-        out[where >= 0] = vectors[where[where >= 0]]
-        return out
+    return EmbeddingScorer(aligned_rows(user_keys, user_vectors, split.user_keys),
+                           aligned_rows(item_keys, item_vectors, split.item_keys), name=name)
 
-    return EmbeddingScorer(aligned(user_keys, user_vectors, split.user_keys),
-                           aligned(item_keys, item_vectors, split.item_keys), name=name)
+
+def aligned_rows(keys, vectors, wanted) -> np.ndarray:
+    """``[len(wanted), d]``: the row of ``vectors`` whose key in ``keys`` is each wanted key, zeros where none is."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    out = np.zeros((len(wanted), vectors.shape[1]), dtype=np.float32)
+    where = pd.Index([str(k) for k in keys]).get_indexer([str(k) for k in wanted])
+    out[where >= 0] = vectors[where[where >= 0]]
+    return out
 
 
 def item_text_vectors(texts: list[str | None], settings) -> np.ndarray:
@@ -197,6 +256,14 @@ def item_text_vectors(texts: list[str | None], settings) -> np.ndarray:
     out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
     out[present] = vectors
     return out
+
+
+def split_text_vectors(split: Split, settings) -> Callable[[], np.ndarray] | None:
+    """The split's :func:`item_text_vectors`, embedded on the first call and kept (the
+    ``text_world_knowledge`` baseline and ``sasrec_text`` share them); ``None`` without item text."""
+    if not split.item_text or not any(split.item_text):
+        return None
+    return functools.cache(lambda: item_text_vectors(split.item_text, settings))
 
 
 def popularity_half_life(split: Split, settings) -> float | None:
@@ -214,40 +281,138 @@ def bounded(config, seed: int, max_epochs: int | None):
     return config
 
 
-def sasrec_config(seed: int, max_epochs: int | None):
-    """The SASRec configuration of a run: the baseline's and hir_seq's, so the two differ only in
-    where their item table starts."""
+def sasrec_config(seed: int, max_epochs: int | None, hidden: int | None = None):
+    """The SASRec configuration of a run, every member of :data:`SEQUENCE_FAMILY`'s, so they differ
+    only in where their item table starts (and, for a started one, its width ``hidden``)."""
     config = SASRecConfig()
     config.train = bounded(config.train, seed, max_epochs)
+    if hidden is not None:
+        config.hidden = hidden
     return config
 
 
-def baseline_factories(split: Split, settings, seed: int, names: Iterable[str],
-                       max_epochs: int | None = None) -> tuple[dict[str, Callable[[], Scorer]], dict[str, str]]:
+def baseline_factories(split: Split, settings, seed: int, names: Iterable[str], max_epochs: int | None = None,
+                       text: Callable[[], np.ndarray] | None = None) -> tuple[dict[str, Callable[[], Scorer]], dict[str, str]]:
     """Constructors of the chosen baselines for ``split``, and ``{name: reason}`` for those skipped.
+
+    ``sasrec`` is not among them: it runs with its family, over the run's seeds (:func:`sequence_family`).
 
     Args:
         split: the evaluation split; settings: platform settings (threads, text model, half-lives);
         seed: seed of every stochastic baseline; names: baselines to build;
-        max_epochs: bound on the neural baselines' epochs (default: their configs).
+        max_epochs: bound on the neural baselines' epochs (default: their configs);
+        text: the items' text vectors (:func:`split_text_vectors`, its default).
     """
-
-    def text_scorer() -> Scorer:
-        return TextScorer(item_text_vectors(split.item_text, settings))
-
+    text = text or split_text_vectors(split, settings)
     available = {
         "popularity": lambda: PopularityScorer(popularity_half_life(split, settings)),
         "cooccurrence": CooccurrenceScorer,
         "als": lambda: ALSScorer(seed=seed, threads=settings.threads),
         "lightgcn": lambda: LightGCNScorer(config=bounded(LightGCNScorer.default_config(), seed, max_epochs)),
-        "sasrec": lambda: SASRecScorer(sasrec_config(seed, max_epochs)),
-        "text_world_knowledge": text_scorer,
+        "text_world_knowledge": lambda: TextScorer(text()),
     }
     skipped = {}
-    if not split.item_text or not any(split.item_text):
+    if text is None:
         skipped["text_world_knowledge"] = "the source has no item text"
     factories = {n: available[n] for n in names if n not in skipped}
     return factories, {n: r for n, r in skipped.items() if n in names}
+
+
+def seeds_of(seed: int, count: int) -> list[int]:
+    """The seeds a run repeats :data:`SEQUENCE_FAMILY` over: ``seed, seed + 1, …`` (``count`` of them)."""
+    return list(range(seed, seed + max(1, count)))
+
+
+def hir_item_table(split: Split, artifacts: Artifacts, partition: str,
+                   item_keys: Callable[[np.ndarray], np.ndarray] = lambda k: k) -> np.ndarray | None:
+    """hir's item embeddings of ``partition`` at its cut-off in ``split``'s row order (zero rows for
+    items without one), ``hir_seq``'s start; ``None`` without entity embeddings. ``item_keys`` maps
+    the split's keys to the entities' source keys.
+
+    The cut-off's embeddings, not the serving-time ones ``hir`` scores with: like the other starts
+    and every model's parameters, they saw nothing past the cut-off (on leave-last-out, exactly the
+    training part)."""
+    path = artifacts.embeddings(partition)
+    if not path.exists():
+        return None
+    items = aligned_vectors(_mapped(split, lambda k: k, item_keys), path, split.info.get("item_type", "product"))[1]
+    return items.numpy()
+
+
+def text_start(vectors: np.ndarray, width: int) -> np.ndarray:
+    """Text vectors as a ``width``-wide item table: unchanged at that width, else their coordinates
+    on the ``width`` leading principal directions of the items with text (zero-padded where there
+    are fewer); items without text keep zero rows."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if vectors.shape[1] == width:
+        return vectors
+    present = np.linalg.norm(vectors, axis=1) > 0
+    centred = vectors[present] - vectors[present].mean(axis=0)
+    directions = np.linalg.svd(centred, full_matrices=False)[2][:width]
+    out = np.zeros((len(vectors), width), dtype=np.float32)
+    out[present, : len(directions)] = centred @ directions.T
+    return out
+
+
+def als_start(split: Split, settings, seed: int, width: int) -> np.ndarray:
+    """ALS item factors as a ``width``-wide item table: the ALS baseline's configuration with
+    ``width`` factors and ``seed``; items without a training interaction keep zero rows."""
+    factors = ALSScorer(factors=width, seed=seed, threads=settings.threads).fit(split.train).item_factors.numpy()
+    return np.where((np.bincount(split.train.items, minlength=split.train.n_items) > 0)[:, None], factors, 0.0)
+
+
+def sequence_family(split: Split, settings, seed: int, max_epochs: int | None, hir_items: np.ndarray | None = None,
+                    text: Callable[[], np.ndarray] | None = None
+                    ) -> tuple[Callable[[int], dict[str, Callable[[], Scorer]]], dict[str, str]]:
+    """The SASRec family of a run (:data:`SEQUENCE_FAMILY`) as ``seed → constructors``, and
+    ``{name: reason}`` for members left out.
+
+    Every member is :class:`~hir.models.baselines.sasrec.SASRecScorer` with :func:`sasrec_config`
+    at the given seed: ``sasrec`` from its random start; with ``hir_items``, ``hir_seq`` started
+    from them and, at their width, ``sasrec_text`` started from :func:`text_start` of ``text``
+    and ``sasrec_als`` from :func:`als_start` (fitted once, with the run's ``seed``). Each start
+    goes through the same ``item_init`` (unit rows; items without a vector keep the seeded random
+    start), so the members differ only in where their items start.
+
+    Args:
+        split: the evaluation split; settings: threads; seed: the run's seed (the ALS start's);
+        max_epochs: bound on the epochs; hir_items: :func:`hir_item_table`, or ``None`` (no
+        hir_seq, no controls); text: the items' text vectors, the ``text_world_knowledge``
+        baseline's (``None``: no ``sasrec_text``).
+    """
+    starts, skipped = {}, {}
+    if hir_items is not None:
+        width = hir_items.shape[1]
+        starts = {"hir_seq": hir_items, "sasrec_als": als_start(split, settings, seed, width)}
+        if text is None:
+            skipped["sasrec_text"] = "the source has no item text"
+        else:
+            starts["sasrec_text"] = text_start(text(), width)
+
+    def factories(run_seed: int) -> dict[str, Callable[[], Scorer]]:
+        started = {n: functools.partial(seeded_sasrec, run_seed, max_epochs, starts[n], n)
+                   for n in SEQUENCE_FAMILY if n in starts}
+        return {"sasrec": functools.partial(seeded_sasrec, run_seed, max_epochs)} | started
+
+    return factories, skipped
+
+
+def run_sequence_family(split: Split, settings, seeds: list[int], max_epochs: int | None, ks: Iterable[int],
+                        hir_items: np.ndarray | None = None, text: Callable[[], np.ndarray] | None = None,
+                        progress: Callable[[str], None] = lambda _: None) -> tuple[dict, dict, dict[str, str]]:
+    """Fit and evaluate :func:`sequence_family` (its ALS start at ``seeds[0]``, the run's seed) at
+    each of ``seeds`` (:func:`~hir.evaluation.protocols.run_over_seeds`): ``hir_seq``'s row (a hir
+    scorer), the other members' rows (baselines) and ``{name: reason}`` for members left out."""
+    family_at, skipped = sequence_family(split, settings, seeds[0], max_epochs, hir_items, text)
+    rows = run_over_seeds(split, family_at, seeds, ks, progress)
+    return {n: rows.pop(n) for n in ("hir_seq",) if n in rows}, rows, skipped
+
+
+def seeded_sasrec(seed: int, max_epochs: int | None, start: np.ndarray | None = None, name: str = "sasrec") -> SASRecScorer:
+    """SASRec of the run's configuration at ``seed``, its item table started from ``start`` (at its
+    width) or, without one, from the random start."""
+    width = None if start is None else start.shape[1]
+    return SASRecScorer(sasrec_config(seed, max_epochs, width), item_init=start, name=name)
 
 
 def run_settings(settings, max_epochs: int | None) -> dict:
@@ -264,36 +429,40 @@ def run_settings(settings, max_epochs: int | None) -> dict:
         "lightgcn": {"max_epochs": max_epochs or LightGCNScorer.default_config().max_epochs},
         "als": ALSScorer().params | {"random_state": "seed"},
         "cooccurrence": {"weights": [1.0, 0.5, 0.25], "pairs": "consecutive, directed", "backoff": "popularity"},
+        "sequence_starts": {"hir_seq": "hir's item embeddings",
+                            "sasrec_text": "text_world_knowledge's vectors on their leading principal directions, at hir_seq's width",
+                            "sasrec_als": "ALS item factors (the als configuration, the run's seed) at hir_seq's width",
+                            "item_init": "unit rows; items without a vector keep the seeded random start"},
     }
 
 
 def hir_factories(split: Split, artifacts: Artifacts, partition: str, settings: Settings,
                   user_keys: Callable[[np.ndarray], np.ndarray] = lambda k: k,
-                  item_keys: Callable[[np.ndarray], np.ndarray] = lambda k: k,
-                  sequence_config: Callable | None = None) -> dict[str, Callable]:
-    """Constructors of hir's scorers on ``split`` from one partition's artefacts.
+                  item_keys: Callable[[np.ndarray], np.ndarray] = lambda k: k) -> dict[str, Callable]:
+    """Constructors of hir's scorers on ``split`` from one partition's artefacts (``hir_seq`` is
+    built with its controls by :func:`sequence_family`).
 
     Args:
         split: the evaluation split; artifacts: the data home's artefacts (``entity_embeddings``,
             ``hir_encoder`` and ``bom_tokens`` of ``partition``; ``hir_bom`` is left out without
             tokens); settings: the half-life of the item prior (as the popularity baseline's);
         user_keys, item_keys: map the split's keys to the entities' source keys (identity by default).
-        sequence_config: builds the run's :class:`~hir.models.baselines.sasrec.SASRecConfig` (the
-            SASRec baseline's, :func:`sasrec_config`) for ``hir_seq``; ``None`` leaves
-            ``hir_seq`` out. Its width becomes the embeddings' when they differ.
     """
     item_type = split.info.get("item_type", "product")
     embeddings_path = artifacts.embeddings(partition)
     tokens_path = artifacts.tokens(partition)
     factories = {}
     if embeddings_path.exists():
-        u_keys, u_vec = read_entity_vectors(embeddings_path, "user")
-        i_keys, i_vec = read_entity_vectors(embeddings_path, item_type)
-        # the embeddings in the split's row order (zero rows for users and items without one)
-        plain = embedding_scorer(_mapped(split, user_keys, item_keys), u_keys, u_vec, i_keys, i_vec, "hir_no_prior")
-        users, items = plain.user_vectors, plain.item_vectors
+        mapped = _mapped(split, user_keys, item_keys)
         temperature = encoder_temperature(artifacts, partition)
         half_life = popularity_half_life(split, settings)
+        serving = scoring_embeddings(split, artifacts, partition, settings)
+        if serving != embeddings_path:  # the control: the same encoder's embeddings as of the cut-off
+            at_cutoff = aligned_vectors(mapped, embeddings_path, item_type)
+            factories["hir_at_cutoff"] = lambda: PriorCorrectedScorer(*at_cutoff, temperature, half_life, "hir_at_cutoff")
+        # the embeddings in the split's row order (zero rows for users and items without one)
+        users, items = aligned_vectors(mapped, serving, item_type)
+        plain = EmbeddingScorer(users, items, name="hir_no_prior")
 
         def corrected(name: str, recent_weights=None) -> Callable[[], PriorCorrectedScorer]:
             return lambda: PriorCorrectedScorer(users, items, temperature, half_life, name, recent_weights)
@@ -305,27 +474,27 @@ def hir_factories(split: Split, artifacts: Artifacts, partition: str, settings: 
         if engagement is not None:
             factories["hir_engagement"] = lambda: EngagementRerankScorer(
                 factories["hir"](), users, items, *engagement, candidates=ENGAGEMENT_CANDIDATES, name="hir_engagement")
-        if sequence_config is not None:
-            def sequence() -> SASRecScorer:
-                config = sequence_config()
-                config.hidden = items.shape[1]
-                return SASRecScorer(config, item_init=items, name="hir_seq")
-            factories["hir_seq"] = sequence
     if tokens_path.exists():
         vocabulary = token_vocabulary(tokens_path)
         if vocabulary:
             u_keys, u_bag = bag_vectors(tokens_path, "user", vocabulary)
             i_keys, i_bag = bag_vectors(tokens_path, item_type, vocabulary)
-            factories["hir_bom"] = lambda: embedding_scorer(_mapped(split, user_keys, item_keys), u_keys, u_bag, i_keys, i_bag, "hir_bom")
+            mapped = _mapped(split, user_keys, item_keys)
+            factories["hir_bom"] = lambda: BagScorer(aligned_bags(u_keys, u_bag, mapped.user_keys),
+                                                     aligned_bags(i_keys, i_bag, mapped.item_keys),
+                                                     bag_temperature(tokens_path), popularity_half_life(split, settings), "hir_bom")
     return factories
+
+
+def aligned_vectors(mapped: Split, path, item_type: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """User and item vectors of an ``embeddings.parquet`` in ``mapped``'s row order (zero rows for
+    those without one); ``mapped``'s keys are the entities' source keys (:func:`_mapped`)."""
+    u_keys, u_vec = read_entity_vectors(path, "user")
+    i_keys, i_vec = read_entity_vectors(path, item_type)
+    plain = embedding_scorer(mapped, u_keys, u_vec, i_keys, i_vec)
+    return plain.user_vectors, plain.item_vectors
 
 
 def _mapped(split: Split, user_keys, item_keys) -> Split:
     """A shallow view of ``split`` whose keys are the entities' source keys."""
     return Split(split.train, split.validation, split.test, item_keys(split.item_keys), user_keys(split.user_keys))
-
-
-def headline_scorer(protocol: dict, hir: dict[str, dict]) -> str:
-    """The hir scorer whose figures head a report: ``hir_seq`` on the leave-last-out protocol, whose
-    task is the next item of a sequence, when it ran (with the SASRec baseline); ``hir`` otherwise."""
-    return "hir_seq" if protocol.get("protocol") == "leave_last_out" and "hir_seq" in hir else "hir"

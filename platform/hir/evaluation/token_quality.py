@@ -10,6 +10,11 @@ partition's BoM codes (``code_1`` coarse first). For each grouping:
 * ``purity`` — ``Σ_clusters max_label count / N`` over entities with a category or genre
   (relations whose name holds ``categ`` or ``genre``; the smallest target id when several).
 
+``dense_recall``: how much of the dense ranking the bags keep — for a seeded sample of users, the
+share of the top 100 entities of a serving type by ``cos(u, i) / T + log(1 + p_i)`` (the embedding)
+that the top 100 by ``o(u, i) / τ + log(1 + p_i)`` (the bags' overlap) also holds, per type; and
+the same with the prior left out of both (``no_prior``).
+
 And ``planted_retrieval`` (synthetic data): for a seeded sample of users, the share of their top-K
 ads retrieved from the BoM index (``hir retrieve --type ad``) whose planted coarse interest is the
 user's, beside ``chance`` — the mean share of all indexed ads with the user's coarse interest.
@@ -45,6 +50,43 @@ def purity(clusters: np.ndarray, labels: np.ndarray) -> float:
 
 def _table_exists(con, name: str) -> bool:
     return bool(con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]).fetchone()[0])
+
+
+def dense_recall(vectors: np.ndarray, bags, types: np.ndarray, prior: np.ndarray, bag_t: float, dense_t: float,
+                 users: int = 300, k: int = 100, seed: int = 0) -> dict:
+    """Recall of the bags' top ``k`` against the embedding's own top ``k`` (see the module docstring).
+
+    Args:
+        vectors: ``[N, d]`` embeddings; bags: ``[N, T]`` unit-norm bag weights (scipy CSR), same rows;
+        types: entity type per row; prior: ``log(1 + p)`` per row; bag_t: the bags' ``τ``;
+        dense_t: the encoder's ``T``; users: users sampled (seeded by ``seed``); k: the cut-off.
+    Returns ``{type: {"with_prior": r, "no_prior": r}}`` for each serving type with more than ``k``
+    entities (empty without users).
+    """
+    from hir.tokens.bom import SERVING_TYPES
+
+    user_rows = np.flatnonzero(types == "user")
+    if not user_rows.size:
+        return {}
+    sample = np.random.default_rng(seed).choice(user_rows, min(users, user_rows.size), replace=False)
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    out = {}
+    for kind in SERVING_TYPES:
+        items = np.flatnonzero(types == kind)
+        if items.size <= k:
+            continue
+        dense = unit[sample] @ unit[items].T / dense_t
+        overlap = (bags[sample] @ bags[items].T).toarray() / bag_t
+        out[kind] = {"with_prior": _top_overlap(dense + prior[items], overlap + prior[items], k),
+                     "no_prior": _top_overlap(dense, overlap, k)}
+    return out
+
+
+def _top_overlap(reference: np.ndarray, candidate: np.ndarray, k: int) -> float:
+    """Mean over rows of ``|top_k(reference) ∩ top_k(candidate)| / k``."""
+    ref = np.argpartition(-reference, k - 1, axis=1)[:, :k]
+    got = np.argpartition(-candidate, k - 1, axis=1)[:, :k]
+    return round(float(np.mean([np.intersect1d(a, b).size / k for a, b in zip(ref, got)])), 4)
 
 
 def planted_retrieval(store, coarse: dict[int, int], k: int = 20, max_users: int = 2000, seed: int = 0) -> dict | None:

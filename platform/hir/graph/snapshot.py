@@ -25,10 +25,10 @@ of every day before ``T``. The snapshot at a later cut-off ``T' > T`` is then th
 its weights multiplied by ``2^(-(T' - T)/h)`` — since ``2^(-(T'-ts)/h) = 2^(-(T-ts)/h) · 2^(-(T'-T)/h)``
 — merged with the aggregates of the events in ``[T, T')`` only; counts add, first/last times take
 the min/max. That equals the full recomputation (weights up to float rounding). A state is used
-only if its half-lives and sequence event types are the current settings' and its day fingerprints
-still match the warehouse: a late event that landed in an already covered day makes it stale, and
-the snapshot is recomputed from the newest state before the first affected day (or from scratch),
-which :class:`Provenance` reports.
+only if its half-lives, sequence event types and day checksum are the current ones and its day
+fingerprints still match the warehouse: a late event that landed in an already covered day makes
+it stale, and the snapshot is recomputed from the newest state before the first affected day (or
+from scratch), which :class:`Provenance` reports.
 
 The node table holds every entity first seen before ``T`` or touched by
 an edge, in ``entity_id`` order (row ``i`` is node ``i``), with
@@ -120,11 +120,13 @@ WHERE previous IS NOT NULL AND previous <> dst
 # incremental step at the cut-off of the state it advances.
 WINDOW = "ts >= CAST($start AS TIMESTAMPTZ) AND ts < $cutoff"
 
-# The events of the window with their type ids and weights at the cut-off, read from the log once
-# per step (snap_window): the edges, the sequences and the day fingerprints are computed from it, and
-# each further pass over the log would cost as much as this one.
+# The events of the window with their type ids, read from the log once per step (snap_window): the
+# edges, the sequences and the day fingerprints are computed from it, and each further pass over the
+# log would cost as much as this one. The weights are computed where they are summed: as a column
+# here they would cost as much again to store, and the table is a fifth larger with them (at 50 M
+# events it holds 35 M rows).
 WINDOW_EVENTS = f"""
-SELECT src, dst, t.edge_type_id, ts, {WEIGHT.format(ts="ts")} AS weight
+SELECT src, dst, t.edge_type_id, ts
 FROM events
 JOIN snap_edge_types t ON t.edge_type = event_type
 WHERE {WINDOW}
@@ -152,7 +154,9 @@ WHERE previous IS NOT NULL AND previous <> dst
 
 # One row per event and transition of the window, with its decayed weight at the cut-off.
 STEP_ROWS = f"""
-SELECT src, dst, edge_type_id, ts, weight FROM snap_window
+SELECT w.src, w.dst, w.edge_type_id, w.ts, {WEIGHT.format(ts="w.ts")} AS weight
+FROM snap_window w
+JOIN snap_edge_types t USING (edge_type_id)
 UNION ALL
 SELECT q.src, q.dst, t.edge_type_id, q.ts, {WEIGHT.format(ts="q.ts")}
 FROM ({STEP_TRANSITIONS}) q
@@ -211,11 +215,13 @@ FROM (SELECT src, event_type, max({'ts': ts, 'dst': dst}) AS last
 # A day's fingerprint: its events and the XOR of their hashes; days are UTC days since 1970. The
 # count alone catches every late event (ingest only appends); the checksum also catches an event
 # replaced by another at a different time or between other entities. It leaves the event type out:
-# decoding that text column would double the cost of the fingerprints, which every incremental
-# step computes over the whole log.
+# in a DuckDB table, decoding that text column makes the scan about three times as expensive, and
+# every incremental step fingerprints the whole log before its base. A state records the checksum
+# it was built with (state.json): one built with another is not compatible, rather than all stale.
 DAY = "CAST(floor(epoch_us(ts) / 86400000000.0) AS BIGINT)"
+DAY_CHECKSUM = "bit_xor(hash(src, dst, ts))"
 DAY_FINGERPRINTS = f"""
-SELECT {DAY} AS day, count(*) AS events, bit_xor(hash(src, dst, ts)) AS checksum
+SELECT {DAY} AS day, count(*) AS events, {DAY_CHECKSUM} AS checksum
 FROM {{table}}
 """
 
@@ -357,6 +363,7 @@ class EdgeState:
     edge_types: list[str]  # by state type id
     half_life_days: dict[str, float]
     sequence_events: list[str]
+    day_checksum: str | None  # the DAY_CHECKSUM its day fingerprints were computed with
 
 
 @dataclass(frozen=True)
@@ -414,7 +421,7 @@ def configure(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
 
 
 def prepare_edge_types(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
-    """Create the temp table ``snap_edge_types(edge_type, edge_type_id, half_life_days)``.
+    """Create the temp table ``snap_edge_types(edge_type, edge_type_id, half_life_days, rate, sequence)``.
 
     The half-lives of ``settings.half_life_days`` are registered as a small Arrow table for the
     join; a type they do not list gets ``settings.default_half_life_days``. ``followed_by`` is a
@@ -464,13 +471,15 @@ def read_state(folder: str | Path) -> EdgeState | None:
         edge_types=list(meta["edge_types"]),
         half_life_days={k: float(v) for k, v in meta["half_life_days"].items()},
         sequence_events=list(meta["sequence_events"]),
+        day_checksum=meta.get("day_checksum"),
     )
 
 
 def _compatible(con: duckdb.DuckDBPyConnection, state: EdgeState, settings: Settings) -> bool:
-    """Whether ``state`` was built with today's half-lives and sequence event types (all its types still exist)."""
+    """Whether ``state`` was built with today's half-lives, sequence event types and day checksum (all its
+    types still exist)."""
     current = dict(con.execute("SELECT edge_type, half_life_days FROM snap_edge_types").fetchall())
-    return state.sequence_events == settings.sequence_event_types and all(
+    return state.sequence_events == settings.sequence_event_types and state.day_checksum == DAY_CHECKSUM and all(
         t in current and current[t] == state.half_life_days.get(t) for t in state.edge_types
     )
 
@@ -484,7 +493,7 @@ def choose_base(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings: Sett
     """The newest usable state among ``states`` (folders, newest first) for a snapshot at ``cutoff``.
 
     A state is usable when its cut-off is before ``cutoff``, it was built with the current
-    half-lives and sequence event types, and the fingerprint of every day before its cut-off still
+    half-lives, sequence event types and day checksum, and the fingerprint of every day before its cut-off still
     matches the warehouse (:data:`CHANGED_DAYS`). When a state's days changed (late events), only
     states whose cut-off is at or before the first changed day's start are tried next; the ones
     passed over are reported stale. Without a usable state the answer is ``None`` and a full rebuild.
@@ -517,14 +526,16 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
 
     With ``settings.snapshot_incremental`` and a usable state among ``states`` (see
     :func:`choose_base`) only the events in ``[state cut-off, cutoff)`` are read; otherwise the whole
-    log is. The results stream from the queries into the files (materialising them in DuckDB first
-    would cost about as much again). Files, all Parquet but ``state.json``:
+    log is. Those events are read once, into the temp table ``snap_window`` (:data:`WINDOW_EVENTS`);
+    the results stream from the queries into the files (materialising them in DuckDB first would
+    cost about as much again). Files, all Parquet but ``state.json``:
 
     * ``edges.parquet``: ``src, dst, edge_type_id, count, first_ts, last_ts, weight`` — event and
       transition edges (no relations) in entity ids, the weight at the cut-off;
     * ``sequences.parquet``: ``src, event_type, dst, ts`` — each user's last item per sequence type;
     * ``days.parquet``: ``day, events, checksum`` — per UTC day before the cut-off (days since 1970);
-    * ``state.json``: the cut-off, the edge types by id with their half-lives, the sequence event types.
+    * ``state.json``: the cut-off, the edge types by id with their half-lives, the sequence event types
+      and the day checksum.
 
     Leaves the temp table ``snap_edge_types``. The folder is meant to lie inside a partition written
     atomically (``ArtifactStore.write_partition``).
@@ -561,6 +572,7 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
         "edge_types": [name for name, _ in types],
         "half_life_days": dict(types),
         "sequence_events": settings.sequence_event_types,
+        "day_checksum": DAY_CHECKSUM,
     })
     return provenance
 

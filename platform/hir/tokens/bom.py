@@ -1,18 +1,32 @@
 """Bag-of-Meaning tokens: the shared code behind the token assets and ``hir retrieve`` / ``hir tokens``.
 
-Bags (DESIGN §8). Each entity's own codes give one token per level, ``level * 1_000_000 + code``,
-weight 1. With ``a = bom_own_weight``:
+Codes. Each type's embeddings are unit-normalised, centred on the type's mean and normalised again,
+``x' = normalise(x̂ − μ_type)`` (so the first codebook is not spent on the offset between types),
+then quantized (:mod:`hir.models.quantizer`). An entity's own tokens are its nested prefixes, one per
+level: ``level · 1e9 + path(codes 1 … l)`` (:func:`~hir.models.quantizer.token_ids`).
 
-* a user: ``a · own + (1 − a) · interests``, where ``interests`` = the own tokens of its
-  ``bom_interests`` most engaged non-user neighbours, each weighted by its share of the user's
-  decayed edge weight (so the interest part sums to 1 per level);
-* an ad, campaign, advertiser or product: ``a · own + (1 − a) · served``, where ``served`` = the own
-  tokens of the users engaging with it weighted by their share of its decayed weight. An entity
-  without engaged users (an advertiser above its campaigns) takes ``served`` from its non-user
-  graph neighbours' ``served``, up to two hops;
-* anything else, or an entity with neither: its own tokens.
+Bags (DESIGN §8). With ``a = bom_own_weight``, every entity's token mass is
 
-Each bag keeps its ``bom_tokens_per_level`` heaviest tokens per level.
+    m_t(e) = a · own_t(e) + (1 − a) · mix_t(e),
+
+the same for every kind, ``mix`` empty where there is nothing to mix:
+
+* a user: ``mix`` = the own tokens of its ``bom_interests`` most engaged non-user neighbours, each
+  weighted by its share of the user's decayed edge weight (so it sums to 1 per level);
+* an ad, campaign, advertiser or product: ``mix`` = the own tokens of the users engaging with it
+  weighted by their share of its decayed weight. An entity without engaged users (an advertiser
+  above its campaigns) takes ``mix`` from its non-user graph neighbours', up to two hops.
+
+Each bag keeps its ``bom_tokens_per_level`` heaviest tokens per level; their weights are BM25-like,
+
+    w_t(e) = idf(t) · m (k₁ + 1) / (m + k₁),   idf(t) = log(N / df(t)),
+
+``df(t)`` the bags holding ``t`` among the ``N`` bags (a token every bag holds weighs 0) and
+``k₁`` = :data:`SATURATION`; each bag is then scaled to unit L2 norm, so every bag, of whatever
+kind and however much it mixed, lives on the same scale, and the overlap ``Σ_t w_t(u) w_t(i)`` is
+the cosine of the two bags. Retrieval scores ``overlap / τ + log(1 + p_i)`` (:func:`bag_temperature`
+fits ``τ``; ``p_i`` the item's decayed engagement), as the dense scorer scores
+``cos / T + log(1 + p_i)``.
 """
 
 from __future__ import annotations
@@ -25,12 +39,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hir.errors import SettingsError
+from hir.models.quantizer import TOKEN_LEVEL_STRIDE
 from hir.settings import Settings
 from hir.storage import Artifacts
 
 SERVING_TYPES = ("ad", "campaign", "advertiser", "product")
 DESCRIPTION_TYPES = ("category", "genre")
-TOKEN_LEVEL_STRIDE = 1_000_000
+SATURATION = 1.2  # k₁ of the BM25-like saturation of token mass
 
 
 def codes_setting(settings: Settings) -> list[int]:
@@ -79,17 +94,29 @@ def read_embeddings(path: Path) -> Embeddings:
     )
 
 
-def own_token_ids(codes: np.ndarray) -> np.ndarray:
-    """``[N, M]`` codes → ``[N, M]`` token ids ``level * 1_000_000 + code`` (level 1 = coarse)."""
-    return codes.astype(np.int64) + np.arange(1, codes.shape[1] + 1, dtype=np.int64) * TOKEN_LEVEL_STRIDE
+def centre_per_type(vectors: np.ndarray, types: np.ndarray) -> tuple[np.ndarray, dict[str, list[float]]]:
+    """``normalise(x̂ − μ_type)`` with ``x̂ = x / ||x||`` and ``μ_type`` the mean ``x̂`` of the type.
+
+    Returns the centred rows and ``{type: μ_type}`` (to centre new entities the same way).
+    """
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    out, means = np.empty_like(unit), {}
+    for kind in np.unique(types):
+        rows = types == kind
+        means[str(kind)] = unit[rows].mean(0)
+        centred = unit[rows] - means[str(kind)]
+        out[rows] = centred / np.maximum(np.linalg.norm(centred, axis=1, keepdims=True), 1e-12)
+    return out, {k: v.astype(float).tolist() for k, v in means.items()}
 
 
 def train_quantizer(emb: Embeddings, settings: Settings, device: "torch.device | str" = "cpu"):  # noqa: F821
-    """Train on a seeded sample of ``bom_train_sample`` embeddings, then encode them all.
+    """Train on a seeded sample of ``bom_train_sample`` centred embeddings (:func:`centre_per_type`),
+    then encode them all.
 
     Returns ``(quantizer, codes [N, M] numpy, report)``; the report holds ``mse_per_level`` (mean
-    squared error with levels 1 … l, over all rows), ``relative_mse`` (error / mean ``||x||²``),
-    ``history`` (training error per round) and ``usage`` per level.
+    squared error with levels 1 … l, over all rows, of the centred unit vectors), ``relative_mse``
+    (error / mean ``||x'||²`` = 1), ``history`` (training error per round), ``usage`` per level and
+    ``type_means`` (``μ_type``).
     """
     import torch
 
@@ -97,7 +124,8 @@ def train_quantizer(emb: Embeddings, settings: Settings, device: "torch.device |
 
     if emb.vectors.shape[0] == 0:
         raise SettingsError("entity_embeddings holds no rows; nothing to quantize")
-    x = torch.from_numpy(emb.vectors).to(device)
+    centred, means = centre_per_type(emb.vectors, emb.entity_type)
+    x = torch.from_numpy(centred).to(device)
     generator = torch.Generator().manual_seed(settings.seed)
     sample = torch.randperm(x.shape[0], generator=generator)[: settings.bom_train_sample].to(device)
     config = QuantizerConfig(dim=x.shape[1], codes=codes_setting(settings), iterations=settings.bom_iterations, seed=settings.seed)
@@ -111,6 +139,7 @@ def train_quantizer(emb: Embeddings, settings: Settings, device: "torch.device |
         "history": history,
         "usage": quantizer.usage(codes),
         "train_rows": int(sample.numel()),
+        "type_means": means,
     }
     return quantizer, codes.cpu().numpy(), report
 
@@ -184,54 +213,107 @@ def engagement_matrix(emb: Embeddings, nodes: pa.Table, edges: pa.Table):
     return matrix.tocsr()
 
 
-def build_bags(emb: Embeddings, codes: np.ndarray, engagement, settings: Settings):
-    """Bag matrix ``[N, ΣK]`` (scipy CSR) over token columns; see the module docstring.
+def mixtures(emb: Embeddings, own, engagement, interests: int):
+    """``[N, T]`` ``mix`` of the module docstring: interests of users, served interests of the rest.
 
     Args:
-        emb: the embedding rows. codes: ``[N, M]`` codes of those rows.
+        emb: the embedding rows. own: ``[N, T]`` CSR, 1 on each row's own tokens.
         engagement: ``[N, N]`` symmetric decayed weights (:func:`engagement_matrix`).
-        settings: ``bom_interests``, ``bom_own_weight``, ``bom_tokens_per_level``.
-    Returns:
-        (bags, token_of_column): the matrix and the token id of each column.
+        interests: neighbours a user's interests are taken from (its most engaged).
     """
     import scipy.sparse as sp
-
-    n, levels = codes.shape
-    sizes = codes.max(axis=0) + 1 if n else np.zeros(levels, dtype=np.int64)
-    offsets = np.r_[0, np.cumsum(sizes)[:-1]].astype(np.int64)
-    columns = int(sizes.sum())
-    token_of_column = np.concatenate([m_level * TOKEN_LEVEL_STRIDE + np.arange(k) for m_level, k in enumerate(sizes, 1)]) if n else np.zeros(0, np.int64)
-    own = sp.csr_matrix((np.ones(n * levels), (np.repeat(np.arange(n), levels), (codes + offsets).ravel())), shape=(n, columns))
 
     is_user = emb.entity_type == "user"
     serving = np.isin(emb.entity_type, SERVING_TYPES)
     user_diag, other_diag = sp.diags(is_user.astype(float)), sp.diags((~is_user).astype(float))
-    user_to_other = user_diag @ engagement @ other_diag
-    interests = _row_normalise(_top_per_row(user_to_other.tocsr(), settings.bom_interests)) @ own
+    liked = _row_normalise(_top_per_row((user_diag @ engagement @ other_diag).tocsr(), interests)) @ own
     served = _row_normalise(sp.diags(serving.astype(float)) @ engagement.T.tocsr() @ user_diag) @ own
     structural = _row_normalise(other_diag @ engagement @ other_diag)
     for _ in range(2):
         missing = serving & (np.asarray(served.sum(axis=1)).ravel() == 0)
         served = served + sp.diags(missing.astype(float)) @ _row_normalise(structural @ served)
-
-    extra = (interests + served).tocsr()
-    has_extra = np.asarray(extra.sum(axis=1)).ravel() > 0
-    a = settings.bom_own_weight
-    own_scale = np.where(has_extra, a, 1.0)
-    bags = sp.diags(own_scale) @ own + sp.diags(np.where(has_extra, 1.0 - a, 0.0)) @ extra
-    return _keep_per_level(bags.tocsr(), offsets, sizes, settings.bom_tokens_per_level), token_of_column
+    return (liked + served).tocsr()
 
 
-def _keep_per_level(bags, offsets: np.ndarray, sizes: np.ndarray, per_level: int):
-    """Keep each row's ``per_level`` heaviest tokens within every level."""
+def bag_weights(mass):
+    """BM25-like unit-norm weights of a ``[N, T]`` CSR token mass (see the module docstring).
+
+    ``w_t(e) = idf(t) · m (k₁ + 1) / (m + k₁)`` with ``idf(t) = log(N / df(t))``, then each row is
+    scaled to unit L2 norm (a row of tokens every bag holds stays empty).
+    """
     import scipy.sparse as sp
 
-    parts = [_top_per_row(bags[:, o:o + k], per_level) for o, k in zip(offsets, sizes)]
-    return sp.hstack(parts).tocsr() if parts else bags
+    mass = mass.tocsr()
+    mass.eliminate_zeros()
+    df = np.bincount(mass.indices, minlength=mass.shape[1])
+    idf = np.log(max(mass.shape[0], 1) / np.maximum(df, 1))
+    weights = mass.copy()
+    weights.data = weights.data * (SATURATION + 1) / (weights.data + SATURATION) * idf[weights.indices]
+    norms = np.sqrt(np.asarray(weights.multiply(weights).sum(axis=1)).ravel())
+    weights = sp.diags(np.where(norms > 0, 1.0 / np.where(norms > 0, norms, 1.0), 0.0)) @ weights
+    weights = weights.tocsr()
+    weights.eliminate_zeros()
+    return weights
 
 
-def bags_table(emb: Embeddings, bags, token_of_column: np.ndarray, cutoff) -> pa.Table:
-    """``tokens.parquet`` rows: entity_id, entity_type, source_key, tokens, weights, cutoff."""
+def build_bags(emb: Embeddings, tokens: np.ndarray, engagement, settings: Settings):
+    """Bag matrix ``[N, T]`` (scipy CSR) over the distinct tokens; see the module docstring.
+
+    Args:
+        emb: the embedding rows. tokens: ``[N, M]`` own nested tokens of those rows.
+        engagement: ``[N, N]`` symmetric decayed weights (:func:`engagement_matrix`).
+        settings: ``bom_interests``, ``bom_own_weight``, ``bom_tokens_per_level``.
+    Returns:
+        (bags, token_of_column): the unit-norm weights and the token id of each column.
+    """
+    import scipy.sparse as sp
+
+    n, levels = tokens.shape
+    token_of_column, column = np.unique(tokens, return_inverse=True)
+    own = sp.csr_matrix((np.ones(n * levels), (np.repeat(np.arange(n), levels), column.ravel())),
+                        shape=(n, token_of_column.size))
+    a = settings.bom_own_weight
+    mass = a * own + (1.0 - a) * mixtures(emb, own, engagement, settings.bom_interests)
+    bounds = np.searchsorted(token_of_column, np.arange(1, levels + 2) * TOKEN_LEVEL_STRIDE)
+    kept = sp.hstack([_top_per_row(mass[:, lo:hi], settings.bom_tokens_per_level) for lo, hi in zip(bounds, bounds[1:])])
+    return bag_weights(kept), token_of_column
+
+
+def bag_temperature(vectors: np.ndarray, bags, types: np.ndarray, temperature: float,
+                    users: int = 256, items: int = 4096, seed: int = 0) -> float:
+    """``τ`` that puts the bags' overlap on the embedding score's scale: ``τ = T / β``.
+
+    ``β`` is the least-squares slope of the embedding cosine ``cos(u, i)`` on the bag overlap
+    ``o(u, i) = Σ_t w_t(u) w_t(i)`` over a seeded sample of ``users`` users × ``items`` entities of
+    :data:`SERVING_TYPES`, both centred per user (a ranking ignores a user's own offset):
+    ``β = Σ (o − ō_u)(c − c̄_u) / Σ (o − ō_u)²``. So ``o / τ`` stands in for ``cos / T`` beside the same
+    log prior. ``T`` is the encoder's InfoNCE temperature; ``T`` itself when the sample is empty or
+    the overlap does not vary.
+    """
+    rng = np.random.default_rng(seed)
+    user_rows, item_rows = np.flatnonzero(types == "user"), np.flatnonzero(np.isin(types, SERVING_TYPES))
+    if not user_rows.size or not item_rows.size:
+        return float(temperature)
+    u = rng.choice(user_rows, min(users, user_rows.size), replace=False)
+    i = rng.choice(item_rows, min(items, item_rows.size), replace=False)
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    cos = unit[u] @ unit[i].T
+    overlap = (bags[u] @ bags[i].T).toarray()
+    cos, overlap = cos - cos.mean(1, keepdims=True), overlap - overlap.mean(1, keepdims=True)
+    spread = float((overlap * overlap).sum())
+    slope = float((overlap * cos).sum()) / spread if spread > 0 else 0.0
+    return float(temperature / slope) if slope > 0 else float(temperature)
+
+
+def log_prior(emb: Embeddings, engagement) -> np.ndarray:
+    """``log(1 + p_e)`` per row, ``p_e`` the decayed weight of the row's edges with users."""
+    is_user = (emb.entity_type == "user").astype(float)
+    return np.log1p(np.asarray(engagement @ is_user).ravel()).astype(np.float32)
+
+
+def bags_table(emb: Embeddings, bags, token_of_column: np.ndarray, cutoff, prior: np.ndarray, temperature: float) -> pa.Table:
+    """``tokens.parquet`` rows: entity_id, entity_type, source_key, tokens, weights, log_prior, cutoff;
+    the bags' ``τ`` (:func:`bag_temperature`) in the schema metadata as ``bag_temperature``."""
     bags.sort_indices()
     tokens = pa.ListArray.from_arrays(pa.array(bags.indptr.astype(np.int32)), pa.array(token_of_column[bags.indices].astype(np.int64)))
     weights = pa.ListArray.from_arrays(pa.array(bags.indptr.astype(np.int32)), pa.array(bags.data.astype(np.float32)))
@@ -241,8 +323,9 @@ def bags_table(emb: Embeddings, bags, token_of_column: np.ndarray, cutoff) -> pa
         "source_key": pa.array(emb.source_key.tolist(), pa.string()),
         "tokens": tokens,
         "weights": weights,
+        "log_prior": pa.array(prior, pa.float32()),
         "cutoff": pa.array([cutoff] * emb.entity_id.size, pa.timestamp("us", tz="UTC")),
-    })
+    }).replace_schema_metadata({"bag_temperature": str(temperature)})
 
 
 def postings_table(tokens: pa.Table) -> pa.Table:
@@ -267,6 +350,8 @@ class TokenStore:
     index: "InvertedIndex"  # noqa: F821
     descriptions: dict[int, str]
     vectors: "torch.Tensor | None"  # noqa: F821  rows aligned with the index rows
+    prior: "torch.Tensor"  # noqa: F821  log(1 + p_e) per index row
+    temperature: float  # the bags' τ (:func:`bag_temperature`)
 
 
 def load_index(postings: pa.Table):
@@ -314,7 +399,10 @@ def load_store(settings: Settings, partition: str | None = None, with_vectors: b
         slot = np.searchsorted(emb.entity_id[order], ids).clip(0, max(emb.entity_id.size - 1, 0))
         if emb.entity_id.size and np.array_equal(emb.entity_id[order][slot], ids):
             vectors = torch.from_numpy(emb.vectors[order][slot])
-    return TokenStore(partition, bags, index, descriptions, vectors)
+    prior = dict(zip(bags.column("entity_id").to_pylist(), bags.column("log_prior").to_pylist()))
+    prior = torch.tensor([prior[e] for e in index.entity_ids.tolist()], dtype=torch.float32)
+    temperature = float(bags.schema.metadata[b"bag_temperature"])
+    return TokenStore(partition, bags, index, descriptions, vectors, prior, temperature)
 
 
 def find_bag(store: TokenStore, entity_type: str, key: str) -> dict:
@@ -330,10 +418,10 @@ def find_bag(store: TokenStore, entity_type: str, key: str) -> dict:
 
 
 def describe(store: TokenStore, token: int) -> str:
-    """``L<level>:<code>`` plus the token's description when ``token_descriptions`` exists."""
-    level, code = divmod(int(token), TOKEN_LEVEL_STRIDE)
+    """``L<level>:<path>`` plus the token's description when ``token_descriptions`` exists."""
+    level, path = divmod(int(token), TOKEN_LEVEL_STRIDE)
     text = store.descriptions.get(int(token), "")
-    return f"L{level}:{code}" + (f" — {text}" if text else "")
+    return f"L{level}:{path}" + (f" — {text}" if text else "")
 
 
 # ----------------------------------------------------------------------------- descriptions
@@ -352,7 +440,7 @@ def describe_tokens(
     ``T(t, term) · log(1 + A / Σ_t' T(t', term))`` with ``A`` the mean mass per token, so words
     spread over every token (shared ad boilerplate) give way to the token's own words. Its label
     score is ``Σ_e w(t, e)`` over its entities with that label (the most common labels).
-    Returns ``token, level, code, entities, top_terms list<str>, top_labels list<str>, description``.
+    Returns ``token, level, path, entities, top_terms list<str>, top_labels list<str>, description``.
     """
     token = postings.column("token").to_numpy()
     entity = postings.column("entity_id").to_numpy()
@@ -367,7 +455,7 @@ def describe_tokens(
     return pa.table({
         "token": pa.array(uniq, pa.int64()),
         "level": pa.array(uniq // TOKEN_LEVEL_STRIDE, pa.int32()),
-        "code": pa.array(uniq % TOKEN_LEVEL_STRIDE, pa.int32()),
+        "path": pa.array(uniq % TOKEN_LEVEL_STRIDE, pa.int64()),
         "entities": pa.array(counts, pa.int64()),
         "top_terms": pa.array(terms, pa.list_(pa.string())),
         "top_labels": pa.array(cats, pa.list_(pa.string())),

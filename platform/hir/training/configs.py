@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from hir.models.encoder import EncoderConfig
-from hir.models.sampler import SamplerConfig
 from hir.models.model import TrainConfig, encoder_config_for
+from hir.models.sampler import SamplerConfig
 from hir.settings import Settings
 
 
@@ -33,7 +33,8 @@ def training_configs(settings: Settings, graph, wk_dim: int = 0, device_type: st
     """Train, encoder and sampler configs of ``settings`` for ``graph``.
 
     Args:
-        settings: the ``HIR_TRAIN_*`` sizes, loss weights and schedule, ``HIR_SEED``,
+        settings: the ``HIR_TRAIN_*`` sizes, loss weights, next-engagement task (target types,
+            funnel weights, candidate pool, prior), recency and schedule, ``HIR_SEED``,
             ``HIR_FINETUNE_STEPS``.
         graph: the snapshot (a ``TemporalGraph``); its node and edge types size the encoder.
         wk_dim: width of the world-knowledge vectors (0: none).
@@ -44,11 +45,15 @@ def training_configs(settings: Settings, graph, wk_dim: int = 0, device_type: st
         steps=settings.train_steps, batch_size=settings.train_batch, lr=settings.train_lr,
         coarse=settings.train_coarse, fine=settings.train_fine, w_proto=settings.train_w_proto,
         w_pair=settings.train_w_pair, w_hier=settings.train_w_hier, w_eng=settings.train_w_eng,
-        w_nce=settings.train_w_nce, narrow_views=settings.train_narrow_views,
+        w_nce=settings.train_w_nce, w_next=settings.train_w_next, target_types=settings.train_target_types,
+        funnel_weights=settings.train_funnel_weights or TrainConfig.funnel_weights, pool_size=settings.train_pool_size,
+        pool_alpha=settings.train_pool_alpha, prior_half_life_days=settings.train_prior_half_life_days,
+        grad_share_every=settings.train_grad_share_every, narrow_views=settings.train_narrow_views,
         checkpoint_every=settings.train_checkpoint_every, log_every=settings.train_log_every,
         seed=settings.seed, backend=training_backend(device_type), warm_start=warm_start,
         finetune_steps=settings.finetune_steps,
     )
     encoder = encoder_config_for(graph, settings.train_dim, settings.train_layers, settings.train_heads, wk_dim=wk_dim)
-    sampler = SamplerConfig(broad_tokens=settings.train_broad_tokens, narrow_tokens=settings.train_narrow_tokens)
+    sampler = SamplerConfig(broad_tokens=settings.train_broad_tokens, narrow_tokens=settings.train_narrow_tokens,
+                            broad_recent=settings.train_broad_recent, narrow_recent=settings.train_narrow_recent)
     return TrainingConfigs(train, encoder, sampler)

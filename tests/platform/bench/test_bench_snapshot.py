@@ -64,10 +64,11 @@ def test_the_incremental_side_writes_the_full_sides_state(data_home, tmp_path):
 def test_run_reports_the_issue_figures(data_home):
     result = bench.run(_args(), Settings.from_env())
     assert set(result) >= {"events", "duckdb_s", "pandas_s", "speedup_vs_pandas", "events_per_s",
-                           "incremental_s", "incremental_speedup", "peak_rss_mb"}
+                           "incremental_s", "incremental_speedup", "edge_write_s", "peak_rss_mb"}
     assert result["events"] == 4000
     assert result["speedup_vs_pandas"] == pytest.approx(result["pandas_s"] / result["duckdb_s"], rel=0.05)
     assert result["incremental_speedup"] == pytest.approx(result["duckdb_s"] / result["incremental_s"], rel=0.05)
+    assert 0 < result["edge_write_s"] < result["duckdb_s"]
     assert result["peak_rss_mb"] > 0
     assert (data_home / "bench" / "snapshot_events_4000_0.parquet").exists()
 

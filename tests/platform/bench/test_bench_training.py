@@ -60,4 +60,7 @@ def test_refresh_auc_rises_with_training_above_the_untrained_model(tmp_path):
     untrained = refresh.engagement_auc(day2, tmp_path / "untrained", pairs)
     trained = refresh.engagement_auc(day2, tmp_path / "trained", pairs)
     assert abs(untrained - 0.5) < 0.05
-    assert trained > untrained + 0.1
+    # Causal training never shows the head the pair it scores (an aggregated edge's earlier events
+    # vanish with its last one), so repeat engagements, frequent in the planted days, are not learnt:
+    # the rise is smaller than the non-causal seed's, and still well above chance.
+    assert trained > untrained + 0.05

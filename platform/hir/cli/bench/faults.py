@@ -223,7 +223,7 @@ def online_consistency(data_home: Path) -> dict[str, int]:
     feast = FeastStore(data_home=str(data_home))
     catalogue = Artifacts(feast.artifacts_dir)
     table = pq.read_table(catalogue.embeddings(catalogue.latest("entity_embeddings")), columns=["entity_type", "source_key", "embedding"])
-    store = feast.store()
+    reader = feast.reader()
     with sqlite3.connect(str(feast.online_path)) as con:
         tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         dup = sum(con.execute(f'SELECT count(*) FROM (SELECT 1 FROM "{t}" GROUP BY entity_key, feature_name '
@@ -231,7 +231,7 @@ def online_consistency(data_home: Path) -> dict[str, int]:
     frame = table.to_pandas()
     bad = 0
     for raw_type, part in frame.groupby("entity_type"):
-        got = feast.online(type_name(raw_type), part["source_key"].tolist(), features=["hir_embedding"], store=store)
+        got = feast.online(type_name(raw_type), part["source_key"].tolist(), features=["hir_embedding"], reader=reader)
         bad += sum(g is None or not np.array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32))
                    for g, w in zip(got["hir_embedding"], part["embedding"]))
     return {"duplicate_rows": int(dup), "missing_or_different": int(bad), "entities": len(frame)}
@@ -692,16 +692,16 @@ def _feature_embeddings(n: int, dim: int, cutoff: datetime, version: str, seed: 
     })
 
 
-def prepare_two_partitions(data_home: Path, n: int = 200, dim: int = 16) -> dict[str, Any]:
-    """Two partitions of feature tables in ``data_home``; the first applied and materialised.
+def prepare_two_partitions(feast: "FeastStore", n: int = 200, dim: int = 16) -> dict[str, Any]:  # noqa: F821
+    """Two partitions of feature tables in ``feast``'s data home; the first applied and materialised.
 
     Returns ``{"feast", "keys": {type: [key]}, "old"/"new": {(type, key): vector}, "end"}``.
     """
     from hir.partitions import cutoff_of
-    from hir.serving.feast_store import FeastStore, write_feature_tables
+    from hir.serving.feast_store import write_feature_tables
     from hir.storage import Artifacts, write_parquet
 
-    feast = FeastStore(data_home=str(data_home))
+    data_home = Path(feast.data_home)
     days, vectors = ("2026-01-10", "2026-01-11"), []
     for i, day in enumerate(days):
         table = _feature_embeddings(n, dim, cutoff_of(day), f"v{i}", seed=i)
@@ -719,8 +719,9 @@ def prepare_two_partitions(data_home: Path, n: int = 200, dim: int = 16) -> dict
     return {"feast": feast, "keys": keys, "old": vectors[0], "new": vectors[1], "end": cutoff_of(days[1])}
 
 
-def online_load(data_home: Path, clients: int = 8, seconds: float = 10.0, seed: int = 0) -> dict[str, int]:
-    """``clients`` threads read online features while the second partition is materialised.
+def online_load(feast: "FeastStore", clients: int = 8, seconds: float = 10.0, seed: int = 0) -> dict[str, int]:  # noqa: F821
+    """``clients`` threads read online features of ``feast`` (any online store) while the second
+    partition is materialised.
 
     Each client reads random batches of 20 keys of one type until ``seconds`` have passed and
     the materialisation has finished. Returns ``lookups``, ``lookup_errors`` (exceptions),
@@ -728,15 +729,15 @@ def online_load(data_home: Path, clients: int = 8, seconds: float = 10.0, seed: 
     """
     import numpy as np
 
-    setup = prepare_two_partitions(data_home)
-    feast, keys = setup["feast"], setup["keys"]
+    setup = prepare_two_partitions(feast)
+    keys = setup["keys"]
     stats = {"lookups": 0, "lookup_errors": 0, "mixed_answers": 0, "new_seen": 0}
     lock, done = threading.Lock(), threading.Event()
     errors: list[str] = []
 
     def client(idx: int) -> None:
         rng = random.Random(seed * 1000 + idx)
-        store = feast.store()
+        reader = feast.reader()
         deadline = time.monotonic() + seconds
         finished = False
         while not finished:  # the last read starts after the materialisation has ended
@@ -744,7 +745,7 @@ def online_load(data_home: Path, clients: int = 8, seconds: float = 10.0, seed: 
             t = rng.choice(("user", "ad"))
             batch = rng.sample(keys[t], 20)
             try:
-                answer = feast.online(t, batch, features=["hir_embedding", "model_version"], store=store)
+                answer = feast.online(t, batch, features=["hir_embedding", "model_version"], reader=reader)
             except Exception as exc:  # every failed lookup is counted and reported
                 with lock:
                     stats["lookup_errors"] += 1
@@ -824,6 +825,7 @@ def kills(steps: list[str], seed: int, workdir: Path, timeout: float) -> dict[st
 
 def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     from hir.errors import SettingsError
+    from hir.serving.feast_store import FeastStore
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="hir-faults-") as tmp:
@@ -838,7 +840,7 @@ def run(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
         fuzzed = fuzz(args.fuzz_cases, args.seed, work / "fuzz")
         rows = fuzz_rows(args.row_cases, args.seed, work / "fuzz")
         (work / "load").mkdir()
-        load = online_load(work / "load", args.clients, args.seconds, args.seed)
+        load = online_load(FeastStore(data_home=str(work / "load")), args.clients, args.seconds, args.seed)
     return {
         "kills": killed["kills"], "recovered": killed["recovered"], "outputs_equal": killed["outputs_equal"],
         "embeddings_bit_equal": killed["embeddings_bit_equal"],

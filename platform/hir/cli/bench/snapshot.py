@@ -17,7 +17,10 @@ first and last time and decayed weight ``Σ 2^(-(T - ts)/half_life)``, and write
   ``allclose``). It is skipped above 10 M events (or with ``--no-pandas``).
 
 ``speedup_vs_pandas`` is pandas over full, ``incremental_speedup`` full over incremental. Each side
-runs ``--repeat`` times, alternating; the fastest run counts. Beside the wall-clock figures the
+runs ``--repeat`` times, alternating; the fastest run counts. ``edge_write_s`` times the Parquet write
+of the full edge table alone (the full state's edges, from memory, in the state's format): an
+increment has to pay it whatever the day holds, so it is the floor of ``incremental_s`` that grows
+with the graph rather than with the day. Beside the wall-clock figures the
 result carries the fastest process CPU time of each side (all threads; it varies less with other
 load), ``duckdb_threads``, the memory cap DuckDB spills past (``HIR_DUCKDB_MEMORY_LIMIT``),
 ``peak_rss_mb`` — the most resident memory of the process over the DuckDB runs (its count is
@@ -193,6 +196,26 @@ def same_state(a: Path, b: Path) -> bool:
     )
 
 
+def edge_write_seconds(state: Path, settings: Settings, repeat: int) -> float:
+    """The fastest of ``repeat`` writes of ``state``'s edge table, loaded into memory first, as the
+    edge state writes it (:data:`hir.graph.snapshot.STATE_FORMAT`)."""
+    import duckdb
+
+    from hir.graph.snapshot import STATE_FORMAT, configure
+
+    con = duckdb.connect()
+    try:
+        configure(con, settings)
+        con.execute("CREATE TABLE edges AS SELECT * FROM read_parquet(?)", [str(state / "edges.parquet")])
+        best = float("inf")
+        for _ in range(repeat):
+            (wall, _), _ = _timed(lambda: con.execute(f"COPY edges TO $path {STATE_FORMAT}", {"path": str(state.parent / "edge_write.parquet")}))
+            best = min(best, wall)
+    finally:
+        con.close()
+    return best
+
+
 def _reset_peak_rss() -> None:
     """Restart this process's peak-RSS count (Linux ``clear_refs``); elsewhere it keeps counting."""
     try:
@@ -253,6 +276,7 @@ def run(args: argparse.Namespace, settings: Settings) -> dict:
         if with_pandas and not same_edges(state_edges(out["full"]), pd.read_parquet(Path(tmp) / "pandas.parquet")):
             raise AssertionError("DuckDB and pandas edges differ")
         edges = pq.ParquetFile(out["full"] / "edges.parquet").metadata.num_rows
+        edge_write = edge_write_seconds(out["full"], settings, args.repeat)
     full, incremental, pandas = (best[n] for n in ("full", "incremental", "pandas"))
     return {
         "events": args.events,
@@ -262,6 +286,7 @@ def run(args: argparse.Namespace, settings: Settings) -> dict:
         "speedup_vs_pandas": round(pandas[0] / full[0], 2) if with_pandas else None,
         "incremental_s": round(incremental[0], 3),
         "incremental_speedup": round(full[0] / incremental[0], 2),
+        "edge_write_s": round(edge_write, 3),
         "events_per_s": round(args.events / full[0]),
         "duckdb_cpu_s": round(full[1], 3),
         "incremental_cpu_s": round(incremental[1], 3),

@@ -6,10 +6,21 @@ user's earlier items masked; Recall@5/10, NDCG@5/10), so results sit beside the 
 tables. ``synthetic``, ``taobao_userbehavior``, ``movielens``: the temporal protocol (train before
 the cut-off, test on the target events after it; Recall@10/50, NDCG@10, MRR, and a cold-start
 slice). The last line with ``--json`` is one JSON object: the data set, hir's figures, every
-baseline's figures, and the run's protocol, settings and seed. The top-level figures are those of
-the scorer named by ``headline`` (:func:`hir.evaluation.scorers.headline_scorer`: ``hir_seq`` on
-leave-last-out when SASRec runs, else ``hir``); ``hir`` holds every hir scorer's row, and
-``hir_scorers_beating_every_baseline`` names those above every baseline on Recall@10 and NDCG@10.
+baseline's figures, and the run's protocol, settings and seeds. The top-level figures are always
+those of ``hir``, the user's own embedding: ``headline`` names it and ``headline_rule`` states the
+rule (:data:`hir.evaluation.scorers.HEADLINE_RULE`), fixed before the run. ``hir`` holds every hir
+scorer's row (``hir_seq`` among them), ``baselines`` every baseline's (SASRec's started controls
+``sasrec_text`` and ``sasrec_als`` among them), and ``hir_scorers_beating_every_baseline`` names the
+hir scorers above every baseline on Recall@10 and NDCG@10.
+
+``--seeds N`` repeats the SASRec family (``sasrec``, ``hir_seq``, ``sasrec_text``, ``sasrec_als``;
+:func:`hir.evaluation.scorers.sequence_family`) at seeds ``seed, seed + 1, …, seed + N - 1``; the
+other scorers run once, at ``seed``. With ``N > 1`` each family row holds, under every figure's
+own key, its mean over the seeds, under ``<figure>_std`` its sample standard deviation (``n - 1``;
+slices such as ``cold_start`` alike), ``seeds`` (the list) and ``per_seed`` (the rows of each seed,
+in that order); ``queries`` is the same at every seed. With one seed (the default,
+``HIR_EVAL_SEEDS``) the rows are plain. The top-level ``seeds`` lists the seeds, ``repeated_over_seeds``
+the family rows that ran over them.
 
 hir's figures: the whole pipeline (``hir.cli.runner.run_pipeline``: ingest, world knowledge, snapshot,
 training, embeddings, tokens, Feast, evaluation assets) runs on its own data home
@@ -17,9 +28,10 @@ training, embeddings, tokens, Feast, evaluation assets) runs on its own data hom
 entity embeddings score (:func:`hir.evaluation.scorers.hir_factories`: ``hir``, the user·item cosine over
 the encoder's InfoNCE temperature plus the item's log prior; ``hir_recent``, the same queried with
 the user's last items; ``hir_no_prior``, the plain dot product; ``hir_engagement``, ``hir``'s top
-candidates re-ranked by the encoder's engagement head; ``hir_seq``, with ``sasrec`` among the
-baselines, SASRec whose item table starts from hir's item embeddings; ``hir_bom``, Bag-of-Meaning
-overlap). The encoder's training budget is the pipeline's (``HIR_TRAIN_STEPS``, ``HIR_TRAIN_BATCH``).
+candidates re-ranked by the encoder's engagement head; ``hir_bom``, Bag-of-Meaning overlap; and,
+with ``sasrec`` among the baselines, ``hir_seq``, SASRec whose item table starts from hir's item
+embeddings, beside its controls started from the items' text vectors or ALS factors). The
+encoder's training budget is the pipeline's (``HIR_TRAIN_STEPS``, ``HIR_TRAIN_BATCH``).
 Temporal data sets are then split at that partition's cut-off (tested on its test window), so hir
 and every baseline see the same split; ``amazon_seq`` keeps the published split, whose training
 part is exactly the snapshot before cut-off 2014-12-31 (the source dates each user's last item
@@ -35,6 +47,7 @@ import sys
 import time
 from pathlib import Path
 
+from hir.cli import funnel as funnel_eval
 from hir.settings import Settings
 
 HELP = "evaluate retrieval with all baselines on one data set (published or temporal protocol)"
@@ -44,10 +57,14 @@ BASELINES = ("popularity", "cooccurrence", "als", "lightgcn", "sasrec", "text_wo
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("dataset", choices=DATASETS, help="source kind to evaluate")
+    parser.add_argument("dataset", choices=(*DATASETS, "funnel"),
+                        help="source kind to evaluate, or funnel: the deep-funnel conversion ranker (hir.cli.funnel)")
     parser.add_argument("--path", help="input file or folder (not for synthetic)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     parser.add_argument("--seed", type=int, help="seed of every stochastic baseline (default HIR_SEED)")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="repeat SASRec, hir_seq and its controls at this many seeds (seed, seed+1, ...) and "
+                             "report each figure's mean and sample std (<figure>_std) (default HIR_EVAL_SEEDS, 1)")
     parser.add_argument("--baselines", default=",".join(BASELINES),
                         help=f"comma-separated subset of {', '.join(BASELINES)}")
     parser.add_argument("--max-epochs", type=int, default=None,
@@ -55,6 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-hir", action="store_true", help="baselines only: do not run the pipeline")
     parser.add_argument("--reuse", action="store_true",
                         help="reuse the evaluation data home's finished pipeline (its entity embeddings) if present")
+    funnel_eval.add_arguments(parser)
 
 
 def _progress(message: str) -> None:
@@ -64,6 +82,10 @@ def _progress(message: str) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from hir.errors import SettingsError
 
+    if args.dataset == "funnel":
+        report = funnel_eval.run_funnel(args, settings)
+        print(json.dumps(report) if args.json else json.dumps(report, indent=2))
+        return 0
     seed = settings.seed if args.seed is None else args.seed
     chosen = [b.strip() for b in args.baselines.split(",") if b.strip()]
     unknown = sorted(set(chosen) - set(BASELINES))
@@ -71,8 +93,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise SettingsError(f"--baselines: unknown {', '.join(unknown)}; choose from {', '.join(BASELINES)}")
     if args.dataset != "synthetic" and not args.path:
         raise SettingsError(f"hir eval {args.dataset} needs --path")
+    seeds = settings.eval_seeds if args.seeds is None else args.seeds
+    if seeds < 1:
+        raise SettingsError(f"--seeds: {seeds}; give at least 1")
     report = evaluate_dataset(args.dataset, args.path, settings, seed, chosen, args.max_epochs,
-                              with_hir=not args.no_hir, reuse=args.reuse)
+                              with_hir=not args.no_hir, reuse=args.reuse, seeds=seeds)
     if args.json:
         print(json.dumps(report))
     else:
@@ -81,14 +106,16 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def evaluate_dataset(dataset: str, path: str | None, settings, seed: int, baselines: list[str],
-                     max_epochs: int | None = None, with_hir: bool = True, reuse: bool = False) -> dict:
+                     max_epochs: int | None = None, with_hir: bool = True, reuse: bool = False,
+                     seeds: int = 1) -> dict:
     """Build the split of ``dataset``, fit and evaluate hir and ``baselines`` on it, return the report.
 
     Args:
         dataset: source kind; path: its file or folder; settings: platform settings (the data home
             holds the evaluation data homes); seed: every stochastic baseline's seed;
         baselines: names; max_epochs: bound on the neural baselines;
-        with_hir: run the pipeline and evaluate hir; reuse: keep a finished pipeline's artefacts.
+        with_hir: run the pipeline and evaluate hir; reuse: keep a finished pipeline's artefacts;
+        seeds: how many seeds the SASRec family runs at (``seed`` upwards).
     """
     import torch
 
@@ -100,20 +127,28 @@ def evaluate_dataset(dataset: str, path: str | None, settings, seed: int, baseli
     pipeline = _pipeline(dataset, path, settings, reuse) if with_hir else None
     split, name, ks, key_maps = _split(dataset, path, settings, pipeline)
     _progress(f"{name}: {json.dumps(split.info)}")
-    factories, skipped = scorers.baseline_factories(split, settings, seed, baselines, max_epochs)
+    text = scorers.split_text_vectors(split, settings)
+    once = [b for b in baselines if b != "sasrec"]
+    factories, skipped = scorers.baseline_factories(split, settings, seed, once, max_epochs, text)
     results = protocols.run_scorers(split, factories, ks, _progress)
     report = {"dataset": name}
-    hir = {}
+    hir, hir_items = {}, None
     if pipeline is not None:
-        sequence = (lambda: scorers.sasrec_config(seed, max_epochs)) if "sasrec" in baselines else None
-        hir_scorers = scorers.hir_factories(split, Artifacts(pipeline["settings"].artifacts_dir), pipeline["partition"],
-                                            pipeline["settings"], *key_maps, sequence_config=sequence)
+        artifacts = Artifacts(pipeline["settings"].artifacts_dir)
+        hir_scorers = scorers.hir_factories(split, artifacts, pipeline["partition"], pipeline["settings"], *key_maps)
         hir = protocols.run_scorers(split, hir_scorers, ks, _progress)
-    headline = scorers.headline_scorer(split.info, hir) if hir else None
+        hir_items = scorers.hir_item_table(split, artifacts, pipeline["partition"], *key_maps[1:])  # the item key map
+    run_seeds = scorers.seeds_of(seed, seeds)
+    if "sasrec" in baselines:
+        hir_seq, family, family_skipped = scorers.run_sequence_family(split, settings, run_seeds, max_epochs, ks,
+                                                                      hir_items, text, _progress)
+        hir, results, skipped = hir | hir_seq, results | family, skipped | family_skipped
+    headline = scorers.HEADLINE_SCORER if hir else None
     for k in ks:
         report[f"recall@{k}"] = hir[headline][f"recall@{k}"] if hir else None
         report[f"ndcg@{k}"] = hir[headline][f"ndcg@{k}"] if hir else None
     report["headline"] = headline
+    report["headline_rule"] = scorers.HEADLINE_RULE
     report["hir"] = hir if hir else "not run"
     report["baselines"] = results
     report["best_baseline"] = max(results, key=lambda b: results[b][f"ndcg@{ks[-1]}"]) if results else None
@@ -127,6 +162,8 @@ def evaluate_dataset(dataset: str, path: str | None, settings, seed: int, baseli
                               "report": str(pipeline["settings"].data_home / "reports" / f"evaluation_{pipeline['partition']}.md")}
     report["protocol"] = split.info
     report["seed"] = seed
+    report["seeds"] = run_seeds
+    report["repeated_over_seeds"] = [n for n in scorers.SEQUENCE_FAMILY if n in results or n in hir]
     report["settings"] = scorers.run_settings(settings, max_epochs)
     report["seconds"] = round(time.perf_counter() - started, 1)
     return report

@@ -1,4 +1,5 @@
-"""``hir lookup ENTITY_TYPE KEY [KEY …]``: online features of entities from the Feast online store.
+"""``hir lookup ENTITY_TYPE KEY [KEY …]``: online features of entities from the Feast online store
+(whichever the ``online_store`` setting names).
 
 Keys are the source's own keys (the Feast join key ``<type>_key``). A key the store does not hold
 comes back with ``found: false`` and null features, never an error.
@@ -37,7 +38,7 @@ def lookup(feast: "FeastStore", entity_type: str, keys: list[str]) -> list[dict]
     if view_name(t) not in views:
         known = sorted(v.removesuffix("_features") for v in views)
         raise SettingsError(f"unknown entity type {entity_type!r}; known: {', '.join(known)}")
-    got = feast.online(t, keys, store=store)
+    got = feast.online(t, keys, reader=feast.reader(store))
     return [{"key": key, "found": got["entity_id"][i] is not None, **{f: got[f][i] for f in FEATURES}}
             for i, key in enumerate(got[join_key(t)])]
 

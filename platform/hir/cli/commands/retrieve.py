@@ -4,8 +4,9 @@ The default ``--type`` is the data's item type: the type the evaluation ranks fo
 (:func:`evaluated_item_type`), e.g. ``product`` on Amazon Beauty. A type with no entities in the
 index is a user mistake that names the types there are.
 
-Scores every entity of the asked type by ``Σ_t q_t · w(t, e)`` over the query's bag tokens, then
-re-ranks the best ``HIR_BOM_RERANK`` by embedding score when the partition's embeddings exist.
+Scores every entity of the asked type by ``Σ_t q_t · w(t, e) / τ + log(1 + p_e)`` over the query's
+bag tokens (the bags' temperature and each entity's log prior, :mod:`hir.tokens.bom`), then re-ranks
+the best ``HIR_BOM_RERANK`` by embedding score when the partition's embeddings exist.
 ``--explain`` lists, per result, the matched tokens with their contributions and descriptions.
 """
 
@@ -50,6 +51,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     rows, scores = store.index.search(
         tokens, weights, args.k, entity_type=wanted, query_vector=query_vector,
         vectors=store.vectors, candidates=max(settings.bom_rerank, args.k) if settings.bom_rerank else 0,
+        prior=store.prior, temperature=store.temperature,
     )
     keys = dict(zip(store.bags.column("entity_id").to_pylist(), store.bags.column("source_key").to_pylist()))
     print(f"{args.query_type} {args.key}: top {rows.numel()} {wanted} (partition {store.partition})")

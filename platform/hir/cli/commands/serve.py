@@ -1,4 +1,5 @@
-"""``hir serve``: Feast's HTTP feature server over the hir repository (``feast serve`` on 127.0.0.1).
+"""``hir serve``: Feast's HTTP feature server over the hir repository (``feast serve`` on 127.0.0.1),
+reading the online store the ``online_store`` setting names.
 
 Rankers in other processes POST ``{"feature_service": "ranker_v1", "entities": {"user_key": [...],
 "ad_key": [...]}}`` to ``http://127.0.0.1:<port>/get-online-features``. The port defaults to
@@ -27,7 +28,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     feast = FeastStore.from_settings(settings)
     feast.require_registry()
     port = args.port or settings.feast_port
-    print(f"hir serve: http://127.0.0.1:{port}/get-online-features (registry {feast.repo_config().registry.path})", flush=True)
+    print(f"hir serve: http://127.0.0.1:{port}/get-online-features (registry {feast.repo_config().registry.path}, "
+          f"online store {feast.online_target})", flush=True)
     feast.store().serve(host="127.0.0.1", port=port, type_="http", no_access_log=True, workers=1,
                         registry_ttl_sec=args.registry_ttl)
     return 0

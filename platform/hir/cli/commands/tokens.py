@@ -1,6 +1,6 @@
 """Show the Bag-of-Meaning tokens of one entity: ``hir tokens ENTITY_TYPE KEY``.
 
-Each token is ``level * 1_000_000 + code`` (level 1 coarse); its weight and, when the
+Each token is ``level * 1e9 + path`` (level 1 coarse; the path of codes 1 … level); its weight and, when the
 ``token_descriptions`` asset exists, its description (top terms and categories) are printed.
 """
 
@@ -21,11 +21,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from hir.models.quantizer import TOKEN_LEVEL_STRIDE
     from hir.tokens.bom import describe, find_bag, load_store
 
     store = load_store(settings, args.partition, with_vectors=False)
     bag = find_bag(store, args.entity_type, args.key)
     print(f"{args.entity_type} {args.key} (entity {bag['entity_id']}, partition {store.partition}): {len(bag['tokens'])} tokens")
-    for token, weight in sorted(zip(bag["tokens"], bag["weights"]), key=lambda p: (p[0] // 1_000_000, -p[1])):
+    for token, weight in sorted(zip(bag["tokens"], bag["weights"]), key=lambda p: (p[0] // TOKEN_LEVEL_STRIDE, -p[1])):
         print(f"  {weight:.3f}  {token:>9}  {describe(store, token)}")
     return 0

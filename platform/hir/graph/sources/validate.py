@@ -16,6 +16,7 @@ accepted. :func:`make_batch` turns tables and canonical frames into a checked :c
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +46,9 @@ FILE = "_file"
 
 
 def _first_line(path: Path) -> str:
-    with open(path, "rb") as fh:
+    """The first line of ``path``; a ``.gz`` file is read decompressed, as Arrow's CSV reader reads it."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
         raw = fh.readline(1 << 20)
     return raw.decode("utf-8", errors="replace").lstrip("\ufeff").rstrip("\r\n")
 
