@@ -9,7 +9,7 @@ from hir.evaluation.protocols import beating_every_baseline
 from hir.evaluation.scorers import SEQUENCE_FAMILY
 
 SECTIONS = ("## Retrieval (test window, full ranking)", "## Cold start", "## Rankers", "## Token quality",
-            "### recall curves", "### cluster sizes", "### embedding map", "## Run")
+            "### recall curves", "### cluster sizes", "### embedding map", "### funnel lift per slice", "## Run")
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def test_report_holds_every_table_and_figure(evaluated):
     text = (home / "eval" / "synthetic" / "reports" / f"evaluation_{report['pipeline']['partition']}.md").read_text()
     for section in SECTIONS:
         assert section in text, section
-    assert text.count("data:image/png;base64,") == 3
+    assert text.count("data:image/png;base64,") == 4  # the three SECTIONS figures and the funnel lift
     for scorer in ("hir", "hir_recent", "hir_no_prior", "hir_engagement", "hir_bom", "popularity", "cooccurrence", "als", "text_world_knowledge"):
         assert re.search(rf"^\| {scorer} \| [0-9.]+ \|", text, re.M), scorer
     # the retrieval table holds the figures the JSON reports (first row of each scorer: the test window)

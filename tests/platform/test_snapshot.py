@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 from snapshot_data import DAY0, add_events, fill, tiny_warehouse
 
 UTC = timezone.utc
-TYPES = ["click", "view", "purchase", "unlisted"]  # "unlisted" uses the default half-life
+# "unlisted" uses the default half-life; events typed "followed_by" share the transitions' edge type.
+TYPES = ["click", "view", "purchase", "unlisted", "followed_by"]
 
 
 def _edges_by_entity(folder) -> dict[tuple[int, int, str], dict]:
@@ -170,6 +171,21 @@ def test_sequences_become_followed_by_edges_before_the_cutoff_only(tmp_path):
             assert edges[(11, 10, "followed_by")]["last_ts"] == at[3].timestamp()
         assert ("followed_by" in load_snapshot(out).edge_types) == bool(want)
         assert all(passed for passed, _ in checks.values()), checks
+
+
+def test_events_typed_followed_by_share_one_edge_with_the_transitions(tmp_path):
+    """Events and transitions are aggregated apart; an event type named followed_by must not split an edge."""
+    at = [DAY0 + timedelta(days=d) for d in range(4)]
+    events = [(1, 10, "purchase", at[0], 1.0), (1, 11, "purchase", at[1], 1.0), (10, 11, "followed_by", at[2], 1.0)]
+    settings = Settings.from_mapping({}, threads=1)
+    with connect(":memory:") as con:
+        fill(con, events)
+        build_snapshot(con, at[3], settings, tmp_path)
+        checks = verify_snapshot(con, tmp_path, at[3], settings)
+    edges = pq.read_table(tmp_path / "edges.parquet").to_pylist()
+    assert [(e["edge_type"], e["count"], e["last_ts"]) for e in edges if e["edge_type"] == "followed_by"] == [
+        ("followed_by", 2, at[2].timestamp())]
+    assert all(passed for passed, _ in checks.values()), checks
 
 
 def test_windows_are_chronological_and_split(tiny, tmp_path):

@@ -397,15 +397,18 @@ def funnel_table(summary: dict) -> str:
              f"[{m['ne_ci'][0]:.4f}, {m['ne_ci'][1]:.4f}]") for arm, m in summary["arms"].items()]
     for name in DIFFERENCES:
         d, ci = summary["diff"][name], summary["diff_ci"][name]
-        rows.append((name.replace("_minus_", " − "), d["auc"], f"[{ci['auc'][0]:+.4f}, {ci['auc'][1]:+.4f}]", d["logloss"], d["ne"],
-                     f"[{ci['ne'][0]:+.4f}, {ci['ne'][1]:+.4f}]"))
+        rows.append((name.replace("_minus_", " − "), d["auc"], _bracket(ci["auc"]), d["logloss"], d["ne"], _bracket(ci["ne"])))
     table = markdown_table(["arm", "AUC", "AUC 95 % CI", "log-loss", "NE", "NE 95 % CI"], rows,
                            {"AUC": ".4f", "log-loss": ".4f", "NE": ".4f"})
     slices = [(name, s.get("share"), *(s["diff"][d]["auc"] if "diff" in s else None for d in DIFFERENCES),
-               *(str(s["diff_ci"][d]["auc"]) if "diff_ci" in s else s.get("reason") for d in DIFFERENCES))
+               *(_bracket(s["diff_ci"][d]["auc"]) if "diff_ci" in s else s.get("reason") for d in DIFFERENCES))
               for name, s in summary["slices"].items()]
     heads = ["slice", "share", "AUC hir − base", "AUC hir − control", "CI hir − base", "CI hir − control"]
     return table + "\n\n" + markdown_table(heads, slices, {"share": ".3f", "AUC hir − base": "+.4f", "AUC hir − control": "+.4f"})
+
+
+def _bracket(interval: list[float]) -> str:
+    return f"[{interval[0]:+.4f}, {interval[1]:+.4f}]"
 
 
 def lift_figure(summary: dict):

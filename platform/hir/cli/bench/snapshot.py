@@ -207,13 +207,10 @@ def edge_write_seconds(state: Path, settings: Settings, repeat: int) -> float:
     try:
         configure(con, settings)
         con.execute("CREATE TABLE edges AS SELECT * FROM read_parquet(?)", [str(state / "edges.parquet")])
-        best = float("inf")
-        for _ in range(repeat):
-            (wall, _), _ = _timed(lambda: con.execute(f"COPY edges TO $path {STATE_FORMAT}", {"path": str(state.parent / "edge_write.parquet")}))
-            best = min(best, wall)
+        path = str(state.parent / "edge_write.parquet")
+        return min(_timed(lambda: con.execute(f"COPY edges TO $path {STATE_FORMAT}", {"path": path}))[0][0] for _ in range(repeat))
     finally:
         con.close()
-    return best
 
 
 def _reset_peak_rss() -> None:
