@@ -11,6 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import shared_data
 from hir.graph.snapshot import (
+    COMPACT_PARTS,
+    STATE_DIR,
     Provenance,
     build_snapshot,
     build_windows,
@@ -20,6 +22,7 @@ from hir.graph.snapshot import (
 from hir.graph.warehouse import connect
 from hir.models.graph import load_snapshot
 from hir.settings import Settings
+from hir.storage import read_json
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -358,6 +361,136 @@ def test_daily_chain_of_incremental_snapshots_equals_full_and_a_late_event_recom
     assert provenance.stale == tuple(f / "state" for f in reversed(folders[1:4]))  # cut-offs Jan 6, 5, 4
     assert "late event" in provenance.describe()
     _assert_same_snapshot(late, tmp_path / "late-full")
+
+
+def _state_parts(folder) -> list[str]:
+    return read_json(folder / STATE_DIR / "state.json")["edge_parts"]
+
+
+def _build_pair(con, cutoff, settings, full_settings, folder, full, states):
+    """The snapshot at ``cutoff`` from ``states`` into ``folder`` and the full rebuild into ``full``,
+    checked equal and passing the checks; the incremental summary."""
+    folder.mkdir()
+    full.mkdir()
+    summary = build_snapshot(con, cutoff, settings, folder, states=states)
+    build_snapshot(con, cutoff, full_settings, full)
+    _assert_same_snapshot(folder, full)
+    assert all(passed for passed, _ in verify_snapshot(con, folder, cutoff, settings).values())
+    return summary
+
+
+def test_increments_add_parts_equal_to_the_full_rebuild_across_a_compaction(tmp_path):
+    """More than COMPACT_PARTS days in a row: every day adds one part (earlier parts hard links, not
+    rewritten) until a state holds COMPACT_PARTS of them; the next day compacts them into one base part.
+    Every snapshot equals the full rebuild, and so does the state, parts merged."""
+    from hir.cli.bench.snapshot import same_state
+
+    settings = Settings.from_mapping({}, data_home=tmp_path, synthetic_days=14, threads=1)
+    full_settings = Settings.from_mapping({}, data_home=tmp_path, synthetic_days=14, threads=1, snapshot_incremental=False)
+    warehouse = _synthetic_warehouse(tmp_path, settings)
+    days = COMPACT_PARTS + 3
+    cutoffs = [datetime(2026, 1, 3 + d, tzinfo=UTC) for d in range(days)]
+    folders, parts = [], []
+    with connect(warehouse, read_only=True) as con:
+        for cutoff in cutoffs:
+            folder, full = tmp_path / f"inc-{cutoff.date()}", tmp_path / f"full-{cutoff.date()}"
+            summary = _build_pair(con, cutoff, settings, full_settings, folder, full,
+                                  [f / STATE_DIR for f in reversed(folders)])
+            assert summary.provenance.mode == ("incremental" if folders else "full")
+            assert same_state(folder / STATE_DIR, full / STATE_DIR)
+            parts.append(_state_parts(folder))
+            if len(parts[-1]) > 1:  # the base's parts are links to the very files of the base
+                previous = folders[-1] / STATE_DIR
+                assert parts[-1][:-1] == _state_parts(folders[-1])
+                assert all((folder / STATE_DIR / name).samefile(previous / name) for name in parts[-1][:-1])
+                assert pq.ParquetFile(folder / STATE_DIR / parts[-1][-1]).metadata.num_rows < \
+                    pq.ParquetFile(full / STATE_DIR / "edges.parquet").metadata.num_rows  # a day, not all of it
+            folders.append(folder)
+    counts = [len(p) for p in parts]
+    assert counts == [*range(1, COMPACT_PARTS + 1), 1, 2, 3][:days]
+    compacted = folders[COMPACT_PARTS] / STATE_DIR
+    assert read_json(compacted / "state.json")["reference_iso"] == cutoffs[COMPACT_PARTS].isoformat()
+    assert not (compacted / "edges.parquet").samefile(folders[0] / STATE_DIR / "edges.parquet")
+
+
+def test_a_late_event_recomputes_from_its_day_on_a_state_with_parts(tmp_path):
+    """A state with several parts, then a late purchase in a day covered by the newer states: the
+    snapshot advances the newest state before that day (parts and all) and equals the full rebuild."""
+    settings = Settings.from_mapping({}, data_home=tmp_path, synthetic_days=10, threads=1)
+    full_settings = Settings.from_mapping({}, data_home=tmp_path, synthetic_days=10, threads=1, snapshot_incremental=False)
+    warehouse = _synthetic_warehouse(tmp_path, settings)
+    cutoffs = [datetime(2026, 1, 3 + d, tzinfo=UTC) for d in range(6)]  # Jan 3 … Jan 8
+    folders = []
+    with connect(warehouse, read_only=True) as con:
+        for cutoff in cutoffs[:5]:
+            folder = tmp_path / f"inc-{cutoff.date()}"
+            folder.mkdir()
+            build_snapshot(con, cutoff, settings, folder, states=[f / STATE_DIR for f in reversed(folders)])
+            folders.append(folder)
+    assert len(_state_parts(folders[3])) == 4  # the base the late event leaves: three increments on a full state
+    with connect(warehouse) as con:
+        user, item = con.execute("SELECT src, dst FROM events WHERE event_type = 'purchase' LIMIT 1").fetchone()
+        con.execute("INSERT INTO events VALUES (?, ?, 'purchase', ?, 1.0)", [user, item, datetime(2026, 1, 6, 9, tzinfo=UTC)])
+    with connect(warehouse, read_only=True) as con:
+        summary = _build_pair(con, cutoffs[5], settings, full_settings, tmp_path / "late", tmp_path / "late-full",
+                              [f / STATE_DIR for f in reversed(folders)])
+    provenance = summary.provenance
+    assert (provenance.mode, provenance.base_cutoff) == ("incremental", cutoffs[3])  # the state at Jan 6 00:00
+    assert provenance.first_late_day == datetime(2026, 1, 6).date() and provenance.late_events == 1
+    assert provenance.stale == (folders[4] / STATE_DIR,)
+    assert _state_parts(tmp_path / "late") == [*_state_parts(folders[3]), "edges-4.parquet"]
+
+
+def test_a_new_event_type_compacts_the_parts_into_the_new_type_ids(tiny, tmp_path):
+    """An event type first seen after a state was written shifts the type ids: the parts cannot take
+    another part in the old ids, so the step compacts them (mapping the ids) and equals the full rebuild."""
+    settings = Settings.from_mapping({}, threads=1)
+    full_settings = Settings.from_mapping({}, threads=1, snapshot_incremental=False)
+    folders = []
+    with connect(tiny) as con:
+        for day in (2, 3, 4):
+            folder = tmp_path / f"d{day}"
+            folder.mkdir()
+            build_snapshot(con, DAY0 + timedelta(days=day), settings, folder, states=[f / STATE_DIR for f in reversed(folders)])
+            folders.append(folder)
+        assert len(_state_parts(folders[-1])) == 3
+        add_events(con, [(1, 10, "add_to_cart", DAY0 + timedelta(days=4, hours=3), 1.0)])  # sorts first: every id shifts
+        summary = _build_pair(con, DAY0 + timedelta(days=5), settings, full_settings, tmp_path / "new", tmp_path / "new-full",
+                              [f / STATE_DIR for f in reversed(folders)])
+    assert summary.provenance.mode == "incremental"
+    assert _state_parts(tmp_path / "new") == ["edges.parquet"]
+    assert _edges_by_entity(tmp_path / "new")[(1, 10, "add_to_cart")]["count"] == 1
+
+
+def test_a_decay_too_large_for_one_reference_time_compacts(tiny, tmp_path):
+    """With a half-life so short that the weights as of the base's reference time would leave the range
+    of exp(), the step compacts instead of adding a part, and still equals the full rebuild."""
+    settings = Settings.from_mapping({}, threads=1, half_life_days={"click": 0.001})  # a day: 2^1000 = e^693
+    full_settings = Settings.from_mapping({}, threads=1, half_life_days={"click": 0.001}, snapshot_incremental=False)
+    with connect(tiny, read_only=True) as con:
+        (tmp_path / "a").mkdir()
+        build_snapshot(con, DAY0 + timedelta(days=3), settings, tmp_path / "a")
+        _build_pair(con, DAY0 + timedelta(days=4), settings, full_settings, tmp_path / "b", tmp_path / "b-full",
+                    [tmp_path / "a" / STATE_DIR])
+    assert _state_parts(tmp_path / "b") == ["edges.parquet"]
+
+
+def test_writing_a_state_again_in_its_folder_leaves_the_linked_base_alone(tiny, tmp_path):
+    """An increment's first part is a link to its base's file: writing another state into the same folder
+    (a rerun, a full rebuild) replaces the link, never the base's content."""
+    settings = Settings.from_mapping({}, threads=1)
+    base, inc = tmp_path / "a", tmp_path / "b"
+    base.mkdir(), inc.mkdir()
+    with connect(tiny, read_only=True) as con:
+        build_snapshot(con, DAY0 + timedelta(days=3), settings, base)
+        before = pq.read_table(base / STATE_DIR / "edges.parquet")
+        for _ in range(2):  # a rerun finds the links of the first run in place
+            build_snapshot(con, DAY0 + timedelta(days=4), settings, inc, states=[base / STATE_DIR])
+            assert _state_parts(inc) == ["edges.parquet", "edges-1.parquet"]
+        build_snapshot(con, DAY0 + timedelta(days=4), Settings.from_mapping({}, threads=1, snapshot_incremental=False), inc)
+        assert _state_parts(inc) == ["edges.parquet"] and not (inc / STATE_DIR / "edges-1.parquet").exists()
+        assert not (inc / STATE_DIR / "edges.parquet").samefile(base / STATE_DIR / "edges.parquet")
+    assert pq.read_table(base / STATE_DIR / "edges.parquet").equals(before)
 
 
 @pytest.mark.parametrize("change", ["ts", "dst"])

@@ -19,12 +19,18 @@ graph knows which users share items but not what follows what.
 
 **Incremental snapshots.** Every snapshot also writes its *edge state* (``state/`` in the
 partition folder, see :func:`build_edge_state`): the event and transition edges in entity ids with
-``count, first_ts, last_ts`` and the weight at ``T``; each user's last item per sequence event type
-(so the next window's first transition is known); and a fingerprint (event count and a checksum)
-of every day before ``T``. The snapshot at a later cut-off ``T' > T`` is then the state at ``T`` with
-its weights multiplied by ``2^(-(T' - T)/h)`` — since ``2^(-(T'-ts)/h) = 2^(-(T-ts)/h) · 2^(-(T'-T)/h)``
-— merged with the aggregates of the events in ``[T, T')`` only; counts add, first/last times take
-the min/max. That equals the full recomputation (weights up to float rounding). A state is used
+``count, first_ts, last_ts`` and the weight as of a *reference time* ``R``; each user's last item per
+sequence event type (so the next window's first transition is known); and a fingerprint (event count
+and a checksum) of every day before ``T``. Since ``2^(-(T'-ts)/h) = 2^(-(R-ts)/h) · 2^(-(T'-R)/h)``,
+the edges at any cut-off ``T'`` are the stored ones summed per key with their weights multiplied once
+by the decay from ``R`` to ``T'``: counts add, first/last times take the min/max. The edges are kept
+as *parts*: a base part and one small delta part per increment, all with weights as of the same
+``R``. An increment therefore aggregates the events of ``[T, T')`` only and writes them as a new
+part; the earlier parts are hard links into the new state, not rewritten. The parts are merged when
+the snapshot is written, and compacted into one base part (``R = T'``) every
+:data:`COMPACT_PARTS` parts, when the edge types (and so their ids) changed, and before the weights
+as of ``R`` would leave the range of ``exp()`` (:data:`MAX_EXPONENT`). That equals the full
+recomputation (weights up to float rounding). A state is used
 only if its half-lives, sequence event types and day checksum are the current ones and its day
 fingerprints still match the warehouse: a late event that landed in an already covered day makes
 it stale, and the snapshot is recomputed from the newest state before the first affected day (or
@@ -50,6 +56,8 @@ path spliced into the text), and the tests write through it.
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -57,6 +65,7 @@ from typing import Sequence
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from hir.settings import Settings
 from hir.storage import (
@@ -71,7 +80,14 @@ from hir.storage import (
 ACTIVITY_DAYS = 7
 FOLLOWED_BY = "followed_by"  # the edge type of sequence transitions
 STATE_DIR = "state"  # the edge state inside a snapshot folder (see build_edge_state)
-STATE_FILES = ("edges.parquet", "sequences.parquet", "days.parquet", "state.json")
+STATE_FILES = ("sequences.parquet", "days.parquet", "state.json")  # and its edge parts (state.json)
+BASE_PART = "edges.parquet"  # the edge part of a full rebuild or a compaction
+# A state with this many edge parts is compacted by the next step: merging the parts costs the
+# snapshot a GROUP BY over all of them, a compaction costs the step one rewrite of the edge state.
+COMPACT_PARTS = 7
+# Parts are appended only while every decay exponent (T' - R) / h · ln 2 stays below this: the weights
+# as of R of events after R grow as 2^((ts - R)/h), and exp() overflows past 709.
+MAX_EXPONENT = 500.0
 FULL_REBUILD_START = "-infinity"  # the window start of a full rebuild: all history
 # The state files are written plain (no compression, no dictionary pages): about twice the size of
 # DuckDB's default snappy + dictionary, written in under half the time; they are read once, the next day.
@@ -79,15 +95,19 @@ STATE_FORMAT = "(FORMAT parquet, COMPRESSION uncompressed, DICTIONARY_SIZE_LIMIT
 
 # The half-lives from the settings, registered per call: (edge_type, half_life_days).
 HALF_LIVES = "snapshot_half_lives"
-# The edge types of a stored state, registered while it is read: (state_type_id, edge_type).
+# The edge types of a stored state, registered while snap_state_types is made of them:
+# (state_type_id, edge_type_id, rate), the state's type ids mapped to the current ones.
 STATE_TYPES = "snapshot_state_types"
+
+# The decay rate of a type: ln 2 / half-life, per microsecond.
+RATE = "ln(2.0) / (86400e6 * half_life_days)"
 
 # Edge types over the whole warehouse, so ids are stable across partitions: 0-based id in name
 # order, the half-life in days (the setting's default for a type it does not list), the decay
 # rate ln 2 / half-life per microsecond and whether it is a sequence event type. followed_by is a
 # type whenever sequence events are configured, whether or not any occur yet.
 EDGE_TYPES = f"""
-SELECT edge_type, edge_type_id, half_life_days, ln(2.0) / (86400e6 * half_life_days) AS rate,
+SELECT edge_type, edge_type_id, half_life_days, {RATE} AS rate,
        list_contains(CAST($sequence_events AS VARCHAR[]), edge_type) AS sequence
 FROM (SELECT t.edge_type,
              row_number() OVER (ORDER BY t.edge_type) - 1 AS edge_type_id,
@@ -97,9 +117,10 @@ FROM (SELECT t.edge_type,
       LEFT JOIN snapshot_half_lives h USING (edge_type))
 """
 
-# The weight at the cut-off of an event at ``ts`` whose type row is ``t``: 2^(-(T - ts)/h) as
-# exp((ts - T) · rate) on integer microseconds, about a quarter of the work of pow() on epoch seconds.
-WEIGHT = "exp((epoch_us({ts}) - epoch_us($cutoff)) * t.rate)"
+# The weight as of the reference time R (the cut-off, but in a delta part) of an event at ``ts`` whose
+# type row is ``t``: 2^(-(R - ts)/h) as exp((ts - R) · rate) on integer microseconds, about a quarter
+# of the work of pow() on epoch seconds.
+WEIGHT = "exp((epoch_us({ts}) - epoch_us($reference)) * t.rate)"
 
 # Transitions before the cut-off: each sequence event whose predecessor (same user and event type)
 # was another item, as (previous item, item, ts of the later event). Only the no_future_events check
@@ -149,7 +170,7 @@ WHERE previous IS NOT NULL AND previous <> dst
 """
 
 # One row per event of the window whose type is (``=``) or is not (``<>``) followed_by, with its
-# decayed weight at the cut-off.
+# decayed weight as of the reference time.
 EVENT_ROWS = f"""
 SELECT w.src, w.dst, w.edge_type_id, w.ts, {WEIGHT.format(ts="w.ts")} AS weight
 FROM snap_window w
@@ -157,7 +178,7 @@ JOIN snap_edge_types t USING (edge_type_id)
 WHERE t.edge_type {{op}} '{FOLLOWED_BY}'
 """
 
-# One row per transition of the window, with its decayed weight at the cut-off.
+# One row per transition of the window, with its decayed weight as of the reference time.
 TRANSITION_ROWS = f"""
 SELECT q.src, q.dst, t.edge_type_id, q.ts, {WEIGHT.format(ts="q.ts")} AS weight
 FROM ({STEP_TRANSITIONS}) q
@@ -185,12 +206,18 @@ UNION ALL
 {AGGREGATED.format(rows=EVENT_ROWS.format(op="=") + " UNION ALL " + TRANSITION_ROWS)}
 """
 
-# A stored state's type ids mapped to the current ones, with each type's decay over [start, cutoff).
-PREVIOUS_TYPES = f"""
-SELECT s.state_type_id, t.edge_type_id,
-       {WEIGHT.format(ts="CAST($start AS TIMESTAMPTZ)")} AS decay
-FROM {STATE_TYPES} s
-JOIN snap_edge_types t USING (edge_type)
+# A stored state's types (registered as STATE_TYPES) with their decay rates.
+STATE_TYPE_RATES = f"SELECT state_type_id, edge_type_id, {RATE} AS rate FROM {STATE_TYPES}"
+
+# A stored state's edges at the cut-off, in the type ids of snap_state_types: its parts summed per
+# key, the summed weight (as of the state's reference time) decayed to the cut-off by one multiplication.
+STATE_EDGES = """
+SELECT s.src, s.dst, m.edge_type_id,
+       CAST(sum(s.count) AS BIGINT) AS count, min(s.first_ts) AS first_ts, max(s.last_ts) AS last_ts,
+       sum(s.weight) * exp((epoch_us($state_reference) - epoch_us($cutoff)) * m.rate) AS weight
+FROM read_parquet($parts) s
+JOIN snap_state_types m ON m.state_type_id = s.edge_type_id
+GROUP BY s.src, s.dst, m.edge_type_id, m.rate
 """
 
 # Two edge sets merged per (src, dst, edge_type_id), ``a`` FULL JOIN ``b``: counts add, first and
@@ -203,13 +230,10 @@ SELECT src, dst, edge_type_id,
        coalesce(a.weight, 0.0) + coalesce(b.weight, 0.0) AS weight
 """
 
-# The stored state advanced to the cut-off: its weights decayed by one multiplication, then merged
-# with the window's edges.
+# A compaction: the stored state at the cut-off merged with the window's edges into one base part.
 ADVANCED_EDGES = f"""
 {MERGED_EDGE}
-FROM (SELECT s.src, s.dst, m.edge_type_id, s.count, s.first_ts, s.last_ts, s.weight * m.decay AS weight
-      FROM read_parquet($state_edges) s
-      JOIN snap_prev_types m ON m.state_type_id = s.edge_type_id) a
+FROM ({STATE_EDGES}) a
 FULL JOIN ({STEP_EDGES}) b USING (src, dst, edge_type_id)
 """
 
@@ -265,8 +289,8 @@ WHERE r.valid_from < $cutoff
 GROUP BY r.src, r.dst, t.edge_type_id
 """
 
-# The snapshot's edges: the written state's (snap_state_edges, a view of its Parquet file) and the
-# relations' (they share a key only where a relation is named like an event type).
+# The snapshot's edges: the written state's (snap_state_edges: its base part, or its parts merged) and
+# the relations' (they share a key only where a relation is named like an event type).
 SNAPSHOT_EDGES = f"""
 {MERGED_EDGE}
 FROM snap_state_edges a FULL JOIN snap_relation_edges b USING (src, dst, edge_type_id)
@@ -371,6 +395,8 @@ class EdgeState:
 
     folder: Path
     cutoff: datetime
+    reference: datetime  # the time the stored weights are as of
+    edge_parts: list[str]  # the edge files in the folder, base part first
     edge_types: list[str]  # by state type id
     half_life_days: dict[str, float]
     sequence_events: list[str]
@@ -476,9 +502,14 @@ def read_state(folder: str | Path) -> EdgeState | None:
     if not all((folder / name).is_file() for name in STATE_FILES):
         return None
     meta = read_json(folder / "state.json")
+    parts = meta.get("edge_parts")  # None: a state from before edge parts, rebuilt
+    if parts is None or not all((folder / name).is_file() for name in parts):
+        return None
     return EdgeState(
         folder=folder,
         cutoff=datetime.fromisoformat(meta["cutoff_iso"]),
+        reference=datetime.fromisoformat(meta["reference_iso"]),
+        edge_parts=list(parts),
         edge_types=list(meta["edge_types"]),
         half_life_days={k: float(v) for k, v in meta["half_life_days"].items()},
         sequence_events=list(meta["sequence_events"]),
@@ -540,14 +571,18 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
     :func:`choose_base`) only the events in ``[state cut-off, cutoff)`` are read; otherwise the whole
     log is. Those events are read once, into the temp table ``snap_window`` (:data:`WINDOW_EVENTS`);
     the results stream from the queries into the files (materialising them in DuckDB first would
-    cost about as much again). Files, all Parquet but ``state.json``:
+    cost about as much again). An increment writes the window's edges as one more part beside hard
+    links to the base state's parts (:func:`_appendable`); otherwise, and every
+    :data:`COMPACT_PARTS` parts, the edges are written as one base part. Files, all Parquet but
+    ``state.json``:
 
-    * ``edges.parquet``: ``src, dst, edge_type_id, count, first_ts, last_ts, weight`` — event and
-      transition edges (no relations) in entity ids, the weight at the cut-off;
+    * the edge parts (``edges.parquet``, then ``edges-1.parquet`` …): ``src, dst, edge_type_id, count,
+      first_ts, last_ts, weight`` — event and transition edges (no relations) in entity ids, the weight
+      as of the reference time; a key can be in several parts (:data:`STATE_EDGES` merges them);
     * ``sequences.parquet``: ``src, event_type, dst, ts`` — each user's last item per sequence type;
     * ``days.parquet``: ``day, events, checksum`` — per UTC day before the cut-off (days since 1970);
-    * ``state.json``: the cut-off, the edge types by id with their half-lives, the sequence event types
-      and the day checksum.
+    * ``state.json``: the cut-off, the reference time, the edge parts, the edge types by id with their
+      half-lives, the sequence event types and the day checksum.
 
     Leaves the temp table ``snap_edge_types``. The folder is meant to lie inside a partition written
     atomically (``ArtifactStore.write_partition``).
@@ -561,26 +596,38 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("edges*.parquet"):  # a state written here before: its parts may be links into
+        old.unlink()                          # another state, which writing over them would change
     prepare_edge_types(con, settings)
     base, provenance = choose_base(con, cutoff, settings, states) if settings.snapshot_incremental else (None, Provenance("full"))
+    append = base is not None and _appendable(con, base, cutoff)
+    reference = base.reference if append else cutoff
+    parts = [*base.edge_parts, f"edges-{len(base.edge_parts)}.parquet"] if append else [BASE_PART]
     values = {
         "cutoff": cutoff,
+        "reference": reference,
         "start": base.cutoff if base else FULL_REBUILD_START,
         "sequence_events": settings.sequence_event_types,
-        "state_edges": str(base.folder / "edges.parquet") if base else None,
+        **(_state_values(base) if base else {}),
     }
     try:
-        _load_previous(con, base, values)
+        _load_previous(con, base)
+        if append:
+            for name in base.edge_parts:
+                _link(base.folder / name, folder / name)
         con.execute(f"CREATE OR REPLACE TEMP TABLE snap_window AS {WINDOW_EVENTS}", _bind(WINDOW_EVENTS, values))
         con.execute(f"CREATE OR REPLACE TEMP TABLE snap_fresh_sequences AS {FRESH_SEQUENCES}")
-        for query, name in ((ADVANCED_EDGES if base else STEP_EDGES, "edges"), (STEP_SEQUENCES, "sequences"), (STEP_DAYS, "days")):
-            con.execute(f"COPY ({query}) TO $path {STATE_FORMAT}", {**_bind(query, values), "path": str(folder / f"{name}.parquet")})
+        edges = ADVANCED_EDGES if base and not append else STEP_EDGES
+        for query, name in ((edges, parts[-1]), (STEP_SEQUENCES, "sequences.parquet"), (STEP_DAYS, "days.parquet")):
+            con.execute(f"COPY ({query}) TO $path {STATE_FORMAT}", {**_bind(query, values), "path": str(folder / name)})
     finally:
-        for table in ("snap_window", "snap_fresh_sequences", "snap_prev_sequences", "snap_prev_days", "snap_prev_types"):
+        for table in ("snap_window", "snap_fresh_sequences", "snap_prev_sequences", "snap_prev_days", "snap_state_types"):
             con.execute(f"DROP TABLE IF EXISTS {table}")
     types = con.execute("SELECT edge_type, half_life_days FROM snap_edge_types ORDER BY edge_type_id").fetchall()
     write_json(folder / "state.json", {
         "cutoff_iso": cutoff.isoformat(),
+        "reference_iso": reference.isoformat(),
+        "edge_parts": parts,
         "edge_types": [name for name, _ in types],
         "half_life_days": dict(types),
         "sequence_events": settings.sequence_event_types,
@@ -589,21 +636,82 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
     return provenance
 
 
-def _load_previous(con: duckdb.DuckDBPyConnection, base: EdgeState | None, values: dict) -> None:
-    """``snap_prev_sequences``, ``snap_prev_days`` and ``snap_prev_types`` of ``base`` (empty without one)."""
+def _appendable(con: duckdb.DuckDBPyConnection, base: EdgeState, cutoff: datetime) -> bool:
+    """Whether the step from ``base`` to ``cutoff`` can add a part rather than compact: ``base`` has fewer
+    than :data:`COMPACT_PARTS` parts, its type ids are the current ones (every part shares them) and the
+    decay from its reference time to ``cutoff`` stays within :data:`MAX_EXPONENT`."""
+    types = con.execute("SELECT edge_type, rate FROM snap_edge_types ORDER BY edge_type_id").fetchall()
+    span_us = (cutoff - base.reference).total_seconds() * 1e6
+    return (len(base.edge_parts) < COMPACT_PARTS and [name for name, _ in types] == base.edge_types
+            and max((rate for _, rate in types), default=0.0) * span_us < MAX_EXPONENT)
+
+
+def _link(source: Path, target: Path) -> None:
+    """``target`` as a hard link to ``source`` (a copy across file systems). Parts are never changed
+    once written, and a link keeps its content when the base's partition is later replaced."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def _load_previous(con: duckdb.DuckDBPyConnection, base: EdgeState | None) -> None:
+    """``snap_prev_sequences`` and ``snap_prev_days`` of ``base`` (empty without one), and its
+    ``snap_state_types`` mapped to the current type ids."""
     con.execute("CREATE OR REPLACE TEMP TABLE snap_prev_sequences (src BIGINT, event_type VARCHAR, dst BIGINT, ts TIMESTAMPTZ)")
     con.execute("CREATE OR REPLACE TEMP TABLE snap_prev_days (day BIGINT, events BIGINT, checksum UBIGINT)")
-    con.execute("CREATE OR REPLACE TEMP TABLE snap_prev_types (state_type_id BIGINT, edge_type_id BIGINT, decay DOUBLE)")
     if base is None:
         return
     con.execute("INSERT INTO snap_prev_sequences SELECT src, event_type, dst, ts FROM read_parquet(?)", [str(base.folder / "sequences.parquet")])
     con.execute("INSERT INTO snap_prev_days SELECT day, events, checksum FROM read_parquet(?)", [str(base.folder / "days.parquet")])
-    types = pa.table({"state_type_id": pa.array(range(len(base.edge_types)), pa.int64()), "edge_type": pa.array(base.edge_types, pa.string())})
-    con.register(STATE_TYPES, types)
+    _load_state_types(con, base, dict(con.execute("SELECT edge_type, edge_type_id FROM snap_edge_types").fetchall()))
+
+
+def _load_state_types(con: duckdb.DuckDBPyConnection, state: EdgeState, ids: dict[str, int]) -> None:
+    """The temp table ``snap_state_types`` of ``state``: its type ids, their ids in ``ids`` and decay rates."""
+    names = state.edge_types
+    con.register(STATE_TYPES, pa.table({
+        "state_type_id": pa.array(range(len(names)), pa.int64()),
+        "edge_type_id": pa.array([ids[name] for name in names], pa.int64()),
+        "half_life_days": pa.array([state.half_life_days[name] for name in names], pa.float64()),
+    }))
     try:
-        con.execute(f"INSERT INTO snap_prev_types {PREVIOUS_TYPES}", _bind(PREVIOUS_TYPES, values))
+        con.execute(f"CREATE OR REPLACE TEMP TABLE snap_state_types AS {STATE_TYPE_RATES}")
     finally:
         con.unregister(STATE_TYPES)
+
+
+def _state_values(state: EdgeState) -> dict:
+    """The parameters of :data:`STATE_EDGES` but the cut-off."""
+    return {"parts": [str(state.folder / name) for name in state.edge_parts], "state_reference": state.reference}
+
+
+def load_state_edges(con: duckdb.DuckDBPyConnection, folder: str | Path) -> None:
+    """``snap_state_edges``: the edges of the state in ``folder`` at its cut-off, in its type ids.
+
+    A single base part is read as it is (a registered view of the file); parts are merged into a
+    temp table (:data:`STATE_EDGES`), since the snapshot reads its edges several times. Where every
+    part is empty the (empty) base part is read as it is too: DuckDB writes a column of a result it
+    knows to hold no NULL as ``required``, and it knows that of an empty table but not of an empty
+    file, so the snapshot's Parquet schema would otherwise differ from the full rebuild's.
+    :func:`drop_state_edges` removes it.
+    """
+    state = read_state(folder)
+    if state is None:
+        raise FileNotFoundError(f"no complete edge state in {folder}")
+    if state.edge_parts == [BASE_PART] or not any(
+            pq.ParquetFile(state.folder / name).metadata.num_rows for name in state.edge_parts):
+        con.register("snap_state_edges", con.read_parquet(str(state.folder / BASE_PART)))
+        return
+    _load_state_types(con, state, {name: i for i, name in enumerate(state.edge_types)})
+    con.execute(f"CREATE OR REPLACE TEMP TABLE snap_state_edges AS {STATE_EDGES}", {**_state_values(state), "cutoff": state.cutoff})
+
+
+def drop_state_edges(con: duckdb.DuckDBPyConnection) -> None:
+    """Remove what :func:`load_state_edges` made."""
+    con.unregister("snap_state_edges")  # a no-op where it is a table
+    for table in ("snap_state_edges", "snap_state_types"):
+        con.execute(f"DROP TABLE IF EXISTS {table}")
 
 
 def build_snapshot(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings: Settings, out_dir: str | Path,
@@ -625,7 +733,7 @@ def build_snapshot(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings: S
     configure(con, settings)
     try:
         provenance = build_edge_state(con, cutoff, settings, out_dir / STATE_DIR, states)
-        con.register("snap_state_edges", con.read_parquet(str(out_dir / STATE_DIR / "edges.parquet")))
+        load_state_edges(con, out_dir / STATE_DIR)
         con.execute(f"CREATE OR REPLACE TEMP TABLE snap_relation_edges AS {RELATION_EDGES}", {"cutoff": cutoff})
         con.execute(f"CREATE OR REPLACE TEMP VIEW snap_edges AS {SNAPSHOT_EDGES}")
         con.execute(f"CREATE OR REPLACE TEMP TABLE snap_node_types AS {NODE_TYPES}")
@@ -637,7 +745,7 @@ def build_snapshot(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings: S
         meta = _meta(con, summary)
     finally:
         con.execute("DROP VIEW IF EXISTS snap_edges")
-        con.unregister("snap_state_edges")
+        drop_state_edges(con)
         for table in ("snap_relation_edges", "snap_node_types", "snap_edge_types", "snap_nodes"):
             con.execute(f"DROP TABLE IF EXISTS {table}")
     write_json(out_dir / META_FILE, meta)

@@ -9,8 +9,9 @@ first and last time and decayed weight ``Σ 2^(-(T - ts)/half_life)``, and write
 * **full**: :func:`hir.graph.snapshot.build_edge_state` — the very code of the asset — over a view of the
   file, from the whole log; it also writes the sequence state and the day fingerprints.
 * **incremental**: the same function advancing the state at ``T - 1 day`` (built once, untimed)
-  by the events of the last day: the daily refresh. Its state must equal the full one (edges with
-  weights ``allclose``, sequence and day tables equal).
+  by the events of the last day: the daily refresh, which adds the day's edges as a delta part (see
+  :mod:`hir.graph.snapshot`). Its state, parts merged, must equal the full one (edges with weights
+  ``allclose``, sequence and day tables equal).
 * **pandas** runs what a user would write for the edges alone: ``read_parquet``, a boolean filter,
   a sort and ``shift`` for the transitions, ``map`` for the half-lives, ``groupby(...).agg(...)``,
   ``to_parquet``. Its edges must equal the full state's (sorted; counts and times equal, weights
@@ -18,9 +19,9 @@ first and last time and decayed weight ``Σ 2^(-(T - ts)/half_life)``, and write
 
 ``speedup_vs_pandas`` is pandas over full, ``incremental_speedup`` full over incremental. Each side
 runs ``--repeat`` times, alternating; the fastest run counts. ``edge_write_s`` times the Parquet write
-of the full edge table alone (the full state's edges, from memory, in the state's format): an
-increment has to pay it whatever the day holds, so it is the floor of ``incremental_s`` that grows
-with the graph rather than with the day. Beside the wall-clock figures the
+of the full edge table alone (the full state's edges, from memory, in the state's format): what a
+compaction, every ``COMPACT_PARTS`` days, pays beyond the day's work, and what an increment no
+longer pays. Beside the wall-clock figures the
 result carries the fastest process CPU time of each side (all threads; it varies less with other
 load), ``duckdb_threads``, the memory cap DuckDB spills past (``HIR_DUCKDB_MEMORY_LIMIT``),
 ``peak_rss_mb`` — the most resident memory of the process over the DuckDB runs (its count is
@@ -157,13 +158,22 @@ def pandas_edges(events_path: Path, out_path: Path, settings: Settings) -> None:
 
 
 def state_edges(folder: Path):
-    """A written edge state's edges as pandas writes them (type names instead of ids)."""
-    import pandas as pd
+    """A written edge state's edges at its cut-off as the snapshot reads them
+    (:func:`hir.graph.snapshot.load_state_edges`: its parts merged), with type names instead of ids."""
+    import duckdb
 
+    from hir.graph.snapshot import drop_state_edges, load_state_edges
     from hir.storage import read_json
 
     names = read_json(folder / "state.json")["edge_types"]
-    edges = pd.read_parquet(folder / "edges.parquet")
+    con = duckdb.connect()
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        load_state_edges(con, folder)
+        edges = con.sql("SELECT * FROM snap_state_edges").df()
+        drop_state_edges(con)
+    finally:
+        con.close()
     edges["edge_type"] = np.asarray(names, dtype=object)[edges.pop("edge_type_id").to_numpy()]
     return edges
 
