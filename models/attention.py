@@ -90,6 +90,16 @@ def tree_distance(structure: TokenStructure, max_distance: int) -> torch.Tensor:
     return (depth.unsqueeze(2) + depth.unsqueeze(1) - 2 * lca).clamp(0, max_distance).long()
 
 
+def bias_index(structure: TokenStructure, max_distance: int, num_node_types: int) -> torch.Tensor:
+    """Int64 ``[B, S, S]`` index of each (query, key) pair into the flattened bias table of
+    :meth:`BiasedSelfAttention.dense_bias`: ``(type_q · T + type_k) · (D + 1) + dist``, with padding
+    keys on the one extra slot (``-∞``). Built once per forward and shared by every layer, so a
+    layer's bias is a single gather."""
+    types = structure.node_type
+    index = (types.unsqueeze(2) * num_node_types + types.unsqueeze(1)) * (max_distance + 1) + tree_distance(structure, max_distance)
+    return index.masked_fill(structure.pad.unsqueeze(1), num_node_types * num_node_types * (max_distance + 1))
+
+
 class BiasedSelfAttention(nn.Module):
     """Self-attention with node-type-transition and tree-distance biases; ``dense`` or ``flex``.
 
@@ -111,19 +121,19 @@ class BiasedSelfAttention(nn.Module):
         self.type_bias = nn.Parameter(torch.zeros(heads, num_node_types, num_node_types))
         self.dist_bias = nn.Parameter(torch.zeros(heads, max_distance + 1))
 
-    def forward(self, x: torch.Tensor, structure: TokenStructure, backend: str = "dense", distance: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, structure: TokenStructure, backend: str = "dense", index: torch.Tensor | None = None) -> torch.Tensor:
         """Attend over ``x`` ``[B, S, dim]``; returns ``[B, S, dim]``.
 
         Args:
             x: token states.
             structure: per-token bias inputs.
             backend: ``"dense"`` or ``"flex"``.
-            distance: for ``dense`` only, precomputed :func:`tree_distance` (shared by all layers).
+            index: for ``dense`` only, precomputed :func:`bias_index` (shared by all layers).
         """
         batch, seq, dim = x.shape
         q, k, v = self.qkv(x).view(batch, seq, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
         if backend == "dense":
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=self.dense_bias(structure, distance))
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=self.dense_bias(structure, index))
         elif backend == "flex":
             out = self.flex(q, k, v, structure)
         else:
@@ -141,17 +151,14 @@ class BiasedSelfAttention(nn.Module):
         out = compiled_flex_attention()(q, k, v, score_mod=self.score_mod(structure))
         return out[:, :, :seq]
 
-    def dense_bias(self, structure: TokenStructure, distance: torch.Tensor | None = None) -> torch.Tensor:
-        """The materialised ``[B, heads, S, S]`` bias, ``-∞`` on padding keys."""
-        if distance is None:
-            distance = tree_distance(structure, self.max_distance)
-        types = structure.node_type
-        batch, seq = types.shape
-        by_query = self.type_bias[:, types]  # [H, B, S, T]
-        bias = by_query.gather(3, types.unsqueeze(1).expand(batch, seq, seq).unsqueeze(0).expand(self.heads, -1, -1, -1))
-        bias = bias + self.dist_bias[:, distance]
-        bias = bias.masked_fill(structure.pad.view(1, batch, 1, seq), float("-inf"))
-        return bias.transpose(0, 1)
+    def dense_bias(self, structure: TokenStructure, index: torch.Tensor | None = None) -> torch.Tensor:
+        """The materialised ``[B, heads, S, S]`` bias ``type_bias[h, t_q, t_k] + dist_bias[h, d]``,
+        ``-∞`` on padding keys: one gather of the flattened table at :func:`bias_index`."""
+        if index is None:
+            index = bias_index(structure, self.max_distance, self.type_bias.shape[1])
+        table = (self.type_bias.unsqueeze(-1) + self.dist_bias[:, None, None, :]).reshape(self.heads, -1)
+        table = F.pad(table, (0, 1), value=float("-inf"))
+        return table[:, index].transpose(0, 1)
 
     def score_mod(self, structure: TokenStructure):
         """The FlexAttention ``score_mod`` computing both biases and the padding mask per pair."""

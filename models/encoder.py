@@ -27,7 +27,7 @@ import math
 from dataclasses import asdict, dataclass
 
 import torch
-from hir.models.attention import BiasedSelfAttention, TokenStructure, tree_distance
+from hir.models.attention import BiasedSelfAttention, TokenStructure, bias_index
 from hir.models.hashing import hash64
 from hir.models.sampler import View
 from torch import nn
@@ -180,8 +180,8 @@ class Block(nn.Module):
         self.ffn = nn.Sequential(nn.Linear(c.dim, c.ffn_mult * c.dim), nn.GELU(), nn.Linear(c.ffn_mult * c.dim, c.dim))
         self.drop = nn.Dropout(c.dropout)
 
-    def forward(self, x: torch.Tensor, structure: TokenStructure, backend: str, distance: torch.Tensor | None) -> torch.Tensor:
-        x = x + self.drop(self.attn(self.norm1(x), structure, backend, distance))
+    def forward(self, x: torch.Tensor, structure: TokenStructure, backend: str, index: torch.Tensor | None) -> torch.Tensor:
+        x = x + self.drop(self.attn(self.norm1(x), structure, backend, index))
         return x + self.drop(self.ffn(self.norm2(x)))
 
 
@@ -219,10 +219,10 @@ class HIREncoder(nn.Module):
                 is not all zeros.
         """
         structure = TokenStructure(view.node_type, view.hop, view.ancestors, view.pad)
-        distance = tree_distance(structure, self.config.max_distance) if backend == "dense" else None
+        index = bias_index(structure, self.config.max_distance, self.config.num_node_types) if backend == "dense" else None
         x = self.embed(view, wk, has_wk)
         for block in self.blocks:
-            x = block(x, structure, backend, distance)
+            x = block(x, structure, backend, index)
         return self.norm(x)
 
     def forward(self, view: View, wk: torch.Tensor | None = None, backend: str = "dense", has_wk: torch.Tensor | None = None) -> torch.Tensor:

@@ -24,8 +24,9 @@ from hir.models.losses import Prototypes
 class TrainConfig:
     """Everything that determines a training run (with the encoder and sampler configs)."""
 
-    steps: int = 300  # optimiser steps of a run from scratch
-    batch_size: int = 64  # causal examples per step and process (anchors = 4 × batch_size + pool_size)
+    steps: int = 300  # optimiser steps of a run from scratch (0: ``epochs`` passes over the examples)
+    epochs: float = 1.0  # with ``steps = 0``: steps = ⌈epochs · examples / batch_size⌉ (every example seen)
+    batch_size: int = 64  # causal examples per step and process (anchors = 2 × batch_size + pool_size)
     lr: float = 5e-3  # peak AdamW learning rate
     weight_decay: float = 0.04  # AdamW weight decay on matrices (not on norms, biases, prototypes)
     warmup_steps: int = 20  # linear learning-rate warm-up
@@ -40,6 +41,7 @@ class TrainConfig:
     sinkhorn_iters: int = 3
     standardize_scores: bool = True  # z-score teacher scores per prototype before Sinkhorn-Knopp
     narrow_views: int = 2  # narrow (student) views per anchor
+    teacher_batch: int = 64  # examples per step whose user and positive get teacher targets (prototype losses)
     w_proto: float = 1.0  # weight of the prototype cross-entropy
     w_pair: float = 1.0  # weight of the cross-entity term: u's student predicts v's teacher target
     w_hier: float = 0.5  # weight of the hierarchy consistency
@@ -114,7 +116,7 @@ class HIRModel(nn.Module):
         Args:
             views, wks: narrow views and their per-token world knowledge (or ``None``).
             backend: attention backend.
-            pairs: ``u, v, rand, pop`` row indices into the view batch, ``perm`` the in-batch
+            pairs: ``u, v, pop`` row indices into the view batch, ``perm`` the in-batch
                 permutation, ``edge_type`` and ``age`` (days) of the positive edges.
 
         Returns:
@@ -125,7 +127,7 @@ class HIRModel(nn.Module):
         h = outputs[0][0]
         v = h[pairs["v"]]
         loss, pos, neg = engagement_loss(
-            self.engagement, h[pairs["u"]], v, [h[pairs["rand"]], h[pairs["pop"]], v[pairs["perm"]]],
+            self.engagement, h[pairs["u"]], v, [h[pairs["pop"]], v[pairs["perm"]]],
             pairs["edge_type"], pairs["age"],
         )
         return outputs, loss, pos, neg

@@ -7,13 +7,20 @@ One step, for a batch of ``B`` causal examples ``(u, t, v, r, w)`` per process
 at ``t`` through event type ``r`` of funnel weight ``w``) and a shared pool of ``M`` candidates of the
 target types (:class:`~hir.models.candidates.CandidateSampler`):
 
-1. anchors = ``[u, v, uniform, popular, pool]`` (``4B + M`` nodes) at times ``[t, t, t, t, t_rand]``:
-   the engagement negatives (uniform and pool-distributed draws of the candidate nodes) at their
-   rows' times, the pool at random batch examples' times; every view holds only entries strictly before its anchor's time, with
-   edge ages and node metadata as of then, so no example sees its own positive or anything later;
-   a user's view starts from its newest entries (``SamplerConfig.broad_recent / narrow_recent``);
-2. one broad view per user and positive for the teacher, ``narrow_views`` narrow views of every
-   anchor for the student (the pool's without gradient: fixed negatives of the step);
+1. anchors = ``[u, v, pool]`` (``2B + M`` nodes) at times ``[t, t, t_(j mod B)]``: the ``M`` pool
+   nodes are the softmax's shared candidates and, the first ``B`` of them, the engagement head's
+   popularity-drawn negatives at their rows' times; every view holds only entries strictly before
+   its anchor's time, with edge ages and node metadata as of then, so no example sees its own
+   positive or anything later; a user's view starts from its newest entries
+   (``SamplerConfig.broad_recent / narrow_recent``). A step costs ``2 + M/B`` student views per
+   example, so a large batch with a pool of a few hundred gives ``B − 1 + M ≥ 1000`` negatives
+   cheaply;
+2. one broad view for the teacher per user and positive of the first ``teacher_batch`` examples
+   (the prototype losses' rows: the teacher's long views cost most of a step, the next-engagement
+   task needs none), ``narrow_views`` narrow views of every anchor for the student, the pool's
+   included: its negatives carry gradient like the positives (with the pool held fixed, the
+   positives alone pulled every item towards the users and the representations collapsed, cosines
+   rising from 0.6 to 0.95 in ten steps while the loss stayed at the prior's);
 3. teacher (the EMA of the student, no gradient): ``z_t = proj(enc(broad))``, cosine scores to
    the coarse (``K₁``) and fine (``K₂``) prototypes, Sinkhorn-Knopp → balanced targets ``q``;
 4. student on each narrow view: ``h = enc(narrow)``, ``p = softmax(⟨z_s, c⟩/τ)`` at both levels;
@@ -27,7 +34,7 @@ target types (:class:`~hir.models.candidates.CandidateSampler`):
    through the learned parent map (:mod:`hir.models.losses`);
    ``L_nce`` = symmetric InfoNCE (temperature ``T``) between ``u`` and ``v`` with the pool as extra
    negatives; ``L_eng`` = BCE of the engagement head (type ``r``, age 0: as of ``t``) on the true
-   pairs against uniform, pool and in-batch negatives, from the first narrow view's representations;
+   pairs against pool and in-batch negatives, from the first narrow view's representations;
 5. ``L = w_next L_next + w_proto L_proto + w_pair L_pair + w_hier L_hier + w_eng L_eng + w_nce L_nce``;
    AdamW with linear warm-up and cosine decay; the teacher follows ``θ_t ← m θ_t + (1 − m) θ_s`` with
    ``m = 1 − (1 − m₀)(cos(π t/T) + 1)/2`` rising from ``m₀`` to 1. Every ``grad_share_every``
@@ -49,6 +56,7 @@ end; a :class:`Trainer` over a folder holding one resumes it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -185,6 +193,8 @@ class Trainer:
         if len(self.examples) == 0:
             raise ValueError("the snapshot has no engagement before its cut-off to train on")
         self.candidates = CandidateSampler(graph.num_nodes, targets, self.examples, c.pool_alpha)
+        if c.steps == 0:  # one budget for any data: epochs over the examples, all processes together
+            self.config = c = dataclasses.replace(c, steps=max(1, math.ceil(c.epochs * len(self.examples) / (c.batch_size * self.world))))
         self.pool_size = max(1, min(c.pool_size, targets.numel()))  # M: no more draws than the catalogue has nodes
         half_life = c.prior_half_life_days * SECONDS_PER_DAY if c.prior_half_life_days > 0 else None
         self.prior = CausalPopularity(self.examples.positive, self.examples.time, half_life)
@@ -203,42 +213,26 @@ class Trainer:
     # --- one step -----------------------------------------------------------------------------
 
     def _sample_examples(self, gen: torch.Generator) -> tuple[CausalExamples, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """A batch of ``B`` examples and the step's anchors ``[u, v, uniform, popular, pool]`` with
-        their view times.
+        """A batch of ``B`` examples and the step's anchors ``[u, v, pool]`` with their view times.
 
-        Returns ``(batch, anchors [4B + M], times, pairs)``: after the examples' ends, the engagement
-        head's negatives — ``B`` uniform and ``B`` pool-distributed draws of the candidate nodes, row
-        ``b``'s at ``t_b``, so a negative and its positive are seen as of the same time —, then the
-        ``M`` pool nodes (the softmax's shared candidates, each at a batch example's time);
-        ``pairs`` holds the row indices ``u``, ``v``, ``rand`` and ``pop``, ``perm``, and the
+        Returns ``(batch, anchors [2B + M], times, pairs)``: after the examples' two ends, the ``M``
+        pool nodes — the softmax's shared candidates, drawn from ``q_pool``, pool node ``j`` at the
+        time of example ``j mod B`` — so the first ``B`` pool nodes double as the engagement head's
+        popularity-drawn negatives, row ``b``'s seen as of ``t_b`` like its positive. ``pairs``
+        holds the row indices ``u``, ``v`` and ``pop``, ``perm`` (the in-batch negatives), and the
         examples' ``edge_type`` and ``age`` (0 days: each engagement is scored as of its own time).
         """
         b, m = self.config.batch_size, self.pool_size
         batch = self.examples.draw(b, gen)
-        targets = self.candidates.targets
-        uniform = targets[torch.randint(0, targets.numel(), (b,), generator=gen)]
-        popular = self.candidates.draw(b, gen)
         pool = self.candidates.draw(m, gen)
-        at = batch.time[torch.randint(0, b, (m,), generator=gen)]
-        anchors = torch.cat([batch.anchor, batch.positive, uniform, popular, pool])
-        times = torch.cat([batch.time, batch.time, batch.time, batch.time, at])
+        anchors = torch.cat([batch.anchor, batch.positive, pool])
+        times = torch.cat([batch.time, batch.time, batch.time[torch.arange(m) % b]])
         rows = torch.arange(b)
         pairs = {
-            "u": rows, "v": b + rows, "rand": 2 * b + rows, "pop": 3 * b + rows,
+            "u": rows, "v": b + rows, "pop": 2 * b + rows % m,
             "perm": in_batch_permutation(b, gen), "edge_type": batch.event_type, "age": torch.zeros(b),
         }
         return batch, anchors, times, {k: t.to(self.device) for k, t in pairs.items()}
-
-    def _pool_views(self, pool: torch.Tensor, times: torch.Tensor, gen: torch.Generator) -> list[torch.Tensor]:
-        """The pool's student representations, one ``[M, dim]`` per narrow view, without gradient:
-        the step's shared negatives push the users away but are not themselves moved (the
-        positives, in-batch candidates, are), which spares the backward pass through ``M`` views."""
-        out = []
-        with torch.no_grad():
-            for _ in range(self.config.narrow_views):
-                view = self.sampler.narrow(pool, gen, times=times).to(self.device)
-                out.append(self.student.embed(view, self._wk(view), self.config.backend)[0])
-        return out
 
     def _wk(self, view) -> tuple | None:
         return self.wk.per_token(view) if self.wk is not None else None
@@ -258,29 +252,32 @@ class Trainer:
         gen = torch.Generator().manual_seed(step_seed(self.config.seed, step, self.rank))
         torch.manual_seed(step_seed(self.config.seed + 1, step, self.rank))
         batch, anchors, times, pairs = self._sample_examples(gen)
-        b, m = self.config.batch_size, self.pool_size
-        broad = self.sampler.broad(anchors[: 2 * b], gen, times=times[: 2 * b]).to(self.device)
-        narrow = [self.sampler.narrow(anchors[: 4 * b], gen, times=times[: 4 * b]).to(self.device) for _ in range(self.config.narrow_views)]
-        pool_h = self._pool_views(anchors[4 * b:], times[4 * b:], gen)
+        b, m, c = self.config.batch_size, self.pool_size, self.config
+        tb = min(b, c.teacher_batch)
+        taught = torch.cat([torch.arange(tb), b + torch.arange(tb)])  # the first tb users, then their positives
+        broad = self.sampler.broad(anchors[taught], gen, times=times[taught]).to(self.device)
+        narrow = [self.sampler.narrow(anchors, gen, times=times).to(self.device) for _ in range(c.narrow_views)]
         q_coarse, q_fine = self._targets(broad)
         outputs, eng, pos, neg = self.ddp(narrow, [self._wk(v) for v in narrow], self.config.backend, pairs)
-        c, tau = self.config, self.config.student_temperature
+        tau = c.student_temperature
         parent = self.student.prototypes.parent_map()
         u, v = pairs["u"], pairs["v"]
-        candidates = torch.cat([anchors[b: 2 * b], anchors[4 * b:]])  # the batch's positives, then the pool
+        tu, tv = torch.arange(tb, device=self.device), tb + torch.arange(tb, device=self.device)  # rows of ``taught``
+        candidates = anchors[b:]  # the batch's positives, then the pool
         log_q = self.candidates.log_q(candidates, b, m).to(self.device)
         log_prior = self.prior.log_prior(candidates[None], batch.time[:, None]).to(self.device)
         nodes = candidates.to(self.device)
         weight = batch.weight.to(self.device)
         losses = dict.fromkeys(("next", "proto", "pair", "hier", "nce"), 0.0)
-        for (h, s_coarse, s_fine), negatives in zip(outputs, pool_h):
-            s_coarse, s_fine = s_coarse[: 2 * b], s_fine[: 2 * b]
+        for h, s_coarse, s_fine in outputs:
+            negatives = h[2 * b:]
+            s_coarse, s_fine = s_coarse[taught.to(self.device)], s_fine[taught.to(self.device)]
             losses["next"] = losses["next"] + sampled_softmax(
                 h[u], torch.cat([h[v], negatives]), nodes, log_q, c.nce_temperature, log_prior, weight)
             losses["nce"] = losses["nce"] + info_nce(h[u], h[v], negatives, c.nce_temperature)
             losses["proto"] = losses["proto"] + 0.5 * (soft_cross_entropy(q_coarse, s_coarse / tau) + soft_cross_entropy(q_fine, s_fine / tau))
             losses["pair"] = losses["pair"] + 0.25 * sum(
-                soft_cross_entropy(q[a], s[z] / tau) for q, s in ((q_coarse, s_coarse), (q_fine, s_fine)) for a, z in ((u, v), (v, u))
+                soft_cross_entropy(q[a], s[z] / tau) for q, s in ((q_coarse, s_coarse), (q_fine, s_fine)) for a, z in ((tu, tv), (tv, tu))
             )
             losses["hier"] = losses["hier"] + hierarchy_loss(
                 q_coarse, q_fine, torch.softmax(s_coarse / tau, -1), torch.softmax(s_fine / tau, -1), parent)

@@ -107,10 +107,10 @@ class Settings:
     embed_device: str = "cpu"
 
     # Self-supervised training (hir_encoder) and inference (entity_embeddings); see hir.models.trainer and hir.models.inference.
-    train_steps: int = 150  # optimiser steps of a run from scratch
-    # causal examples per step (anchors = 4 x batch + pool); 32 keeps `make run`'s hir_encoder at
-    # minutes on 2 cores (128: about four times the step time)
-    train_batch: int = 32
+    # optimiser steps of a run from scratch; 0: as many as `train_epochs` passes over the examples take
+    train_steps: int = 150
+    train_epochs: float = 1.0  # with train_steps = 0: passes over the causal examples
+    train_batch: int = 32  # causal examples per step (anchors = 2 x batch + pool)
     train_dim: int = 64  # encoder width
     train_layers: int = 2
     train_heads: int = 4
@@ -122,6 +122,7 @@ class Settings:
     train_broad_recent: int = 64  # the anchor's newest entries a teacher view holds first (recency)
     train_narrow_recent: int = 8  # the anchor's newest entries a student view holds first
     train_narrow_views: int = 1  # student views per anchor per step
+    train_teacher_batch: int = 32  # examples per step whose two ends get the teacher's broad views
     # Loss weights: prototype cross-entropy, cross-edge pairs, hierarchy, engagement. The prototype
     # terms lowered to a quarter of the seed's (1, 1, 0.5): in a measured ablation (issue #19) each
     # step down raised next-engagement Recall@10; the engagement head, dropped, lowered it.

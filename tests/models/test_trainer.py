@@ -179,7 +179,7 @@ def test_training_views_hold_nothing_at_or_after_their_example_and_report_gradie
     trainer.sampler.broad = recording(trainer.sampler.broad)
     trainer.sampler.narrow = recording(trainer.sampler.narrow)
     result = trainer.fit()
-    assert len(seen) == 2 * (1 + 2 * config.narrow_views)  # per step: teacher, student, pool
+    assert len(seen) == 2 * (1 + config.narrow_views)  # per step: teacher, student (the pool among its anchors)
     for view, times in seen:
         assert times is not None and bool((times < graph.cutoff).all())
         brought = ~view.pad & (view.hop > 0)

@@ -42,13 +42,14 @@ def training_configs(settings: Settings, graph, wk_dim: int = 0, device_type: st
         warm_start: checkpoint folder to fine-tune from ("" trains from scratch).
     """
     train = TrainConfig(
-        steps=settings.train_steps, batch_size=settings.train_batch, lr=settings.train_lr,
+        steps=settings.train_steps, epochs=settings.train_epochs, batch_size=settings.train_batch, lr=settings.train_lr,
         coarse=settings.train_coarse, fine=settings.train_fine, w_proto=settings.train_w_proto,
         w_pair=settings.train_w_pair, w_hier=settings.train_w_hier, w_eng=settings.train_w_eng,
         w_nce=settings.train_w_nce, w_next=settings.train_w_next, target_types=settings.train_target_types,
         funnel_weights=settings.train_funnel_weights or TrainConfig.funnel_weights, pool_size=settings.train_pool_size,
         pool_alpha=settings.train_pool_alpha, prior_half_life_days=settings.train_prior_half_life_days,
         grad_share_every=settings.train_grad_share_every, narrow_views=settings.train_narrow_views,
+        teacher_batch=settings.train_teacher_batch,
         checkpoint_every=settings.train_checkpoint_every, log_every=settings.train_log_every,
         seed=settings.seed, backend=training_backend(device_type), warm_start=warm_start,
         finetune_steps=settings.finetune_steps,

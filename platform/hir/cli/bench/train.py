@@ -18,7 +18,7 @@ from hir.settings import Settings
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=5, help="timed steps")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
-    parser.add_argument("--batch", type=int, default=64, help="causal examples per step (anchors = 4x + the candidate pool)")
+    parser.add_argument("--batch", type=int, default=64, help="causal examples per step (anchors = 2x + the candidate pool)")
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--heads", type=int, default=4)
@@ -91,7 +91,8 @@ def run(args: argparse.Namespace, settings: Settings) -> dict:
             trainer.train_step()
         flops = counter.get_total_flops()
     peak = matmul_peak_gflops(args.matmul, device)
-    views = 2 * args.batch + config.narrow_views * (4 * args.batch + trainer.pool_size)  # teacher + student views
+    teacher = 2 * min(args.batch, config.teacher_batch)
+    views = teacher + config.narrow_views * (2 * args.batch + trainer.pool_size)  # teacher + student views
     achieved = flops / step_s / 1e9
     return {
         "views_per_s": _sig(views / step_s),
