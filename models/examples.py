@@ -23,11 +23,14 @@ from dataclasses import dataclass, fields
 import torch
 from hir.models.graph import TemporalGraph, TimeIndex
 
-# Funnel weights by event type: an impression says least about intent, a purchase most.
+# Funnel weights by event type: what a user is trained to engage with next, deeper weighing more.
+# Exposure and browsing (impressions, views) stay in the graph as context for the views but are not
+# targets: they outnumber the engagements ten to one, so as targets they would take most of the
+# training budget for the weakest signal. A type without a positive weight gives no examples.
 DEFAULT_FUNNEL_WEIGHTS: dict[str, float] = {
-    "impression": 0.25,
-    "view": 0.5,
-    "pv": 0.5,
+    "impression": 0.0,
+    "view": 0.0,
+    "pv": 0.0,
     "click": 1.0,
     "rating": 1.0,
     "fav": 1.5,
@@ -155,17 +158,19 @@ def training_examples(
     """The trainer's examples and the candidate nodes their positives are ranked among.
 
     Users' next engagements with the nodes of those ``target_types`` the snapshot has
-    (:func:`next_engagement_examples`, ``min_history = 1``); a snapshot without any (no users, or no
-    target type) falls back to every entry of a positively weighted edge type between any two
+    (:func:`next_engagement_examples`, ``min_history = 1``), or, where no event type of theirs has a
+    positive weight (a log of views alone), every one of them at weight 1; a snapshot without any
+    (no users, or no target type) falls back to every entry of a positively weighted edge type between any two
     nodes, or of any type with weight 1 when none is weighted, ranked among all nodes.
 
     Returns ``(examples, int64 candidate nodes)``.
     """
     present = [name for name in target_types if name in graph.node_types]
     if "user" in graph.node_types and present:
-        examples = next_engagement_examples(graph, ["user"], present, weights, 1, index)
-        if len(examples):
-            return examples, torch.nonzero(torch.isin(graph.node_type, _type_ids(graph, present))).flatten()
+        for weighting in (weights, dict.fromkeys(graph.edge_types, 1.0)):  # a log of views alone trains on them
+            examples = next_engagement_examples(graph, ["user"], present, weighting, 1, index)
+            if len(examples):
+                return examples, torch.nonzero(torch.isin(graph.node_type, _type_ids(graph, present))).flatten()
     if not any(weights.get(name, 0) > 0 for name in graph.edge_types):
         weights = dict.fromkeys(graph.edge_types, 1.0)
     examples = next_engagement_examples(graph, graph.node_types, graph.node_types, weights, 1, index)

@@ -51,10 +51,12 @@ class CausalPopularity:
 
     def log_prior(self, nodes: torch.Tensor, times: torch.Tensor) -> torch.Tensor:
         """float32 ``π_i(t)`` for int64 ``nodes`` and unix-second ``times`` (broadcast together)."""
-        nodes, times = torch.broadcast_tensors(nodes.long(), times.to(torch.float64))
+        times = times.to(torch.float64)
         if self.node.numel() == 0:
-            return torch.zeros(nodes.shape)
+            return torch.zeros(torch.broadcast_shapes(nodes.shape, times.shape))
+        # the time's rank before broadcasting: a [B, 1] column of times is searched B times, not B · C
         rank = torch.searchsorted(self.times, times.contiguous(), side="left")
+        nodes, times, rank = torch.broadcast_tensors(nodes.long(), times, rank)
         end = torch.searchsorted(self.key, (nodes * (self.times.numel() + 1) + rank).contiguous(), side="left")
         if self.rate is None:
             start = torch.searchsorted(self.key, (nodes * (self.times.numel() + 1)).contiguous(), side="left")

@@ -108,9 +108,11 @@ class Settings:
 
     # Self-supervised training (hir_encoder) and inference (entity_embeddings); see hir.models.trainer and hir.models.inference.
     # optimiser steps of a run from scratch; 0: as many as `train_epochs` passes over the examples take
-    train_steps: int = 150
+    train_steps: int = 0
     train_epochs: float = 1.0  # with train_steps = 0: passes over the causal examples
-    train_batch: int = 32  # causal examples per step (anchors = 2 x batch + pool)
+    # causal examples per step (anchors = 2 x batch + pool): a step costs 2 + pool / batch student
+    # views per example, and every positive of the batch is a negative of the other rows
+    train_batch: int = 256
     train_dim: int = 64  # encoder width
     train_layers: int = 2
     train_heads: int = 4
@@ -137,7 +139,7 @@ class Settings:
     # Funnel weight of each event type as a positive (deeper weighs more; unlisted types give none),
     # "event:weight,..."; empty: hir.models.examples.DEFAULT_FUNNEL_WEIGHTS.
     train_funnel_weights: str = ""
-    train_pool_size: int = 968  # shared popularity-drawn negatives per step (negatives = batch - 1 + pool >= 999)
+    train_pool_size: int = 768  # shared popularity-drawn negatives per step (negatives = batch - 1 + pool >= 1000)
     train_pool_alpha: float = 0.75  # popularity exponent of that pool
     train_prior_half_life_days: float = 0.0  # decay of the log prior the softmax adds (0: counts, as scoring)
     train_grad_share_every: int = 50  # steps between measurements of each loss's share of the gradient

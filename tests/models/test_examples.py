@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 from hir.models.examples import (
+    DEFAULT_FUNNEL_WEIGHTS,
     causal_examples,
     funnel_weights,
     next_engagement_examples,
+    training_examples,
 )
 from hir.models.graph import TemporalGraph, build_csr
 
@@ -63,3 +65,17 @@ def test_draw_and_positive_share():
     assert share.tolist() == [0.0, 0.0, 0.5, 0.5, 0.0, 0.0]
     batch = examples.draw(5, torch.Generator().manual_seed(0))
     assert len(batch) == 5 and set(batch.positive.tolist()) <= {2, 3}
+
+
+def test_views_are_context_not_targets_unless_a_log_has_nothing_else():
+    graph = _graph()
+    examples, candidates = training_examples(graph, ["product"], DEFAULT_FUNNEL_WEIGHTS)
+    # the default weights train on the click and the purchase; the views stay in the graph only
+    assert sorted(zip(examples.positive.tolist(), examples.event_type.tolist())) == [(2, 2), (3, 1)]
+    assert candidates.tolist() == [2, 3]
+    views_only = TemporalGraph(**{**vars(graph), "csr": build_csr(
+        6, torch.tensor([0, 0, 1]), torch.tensor([2, 3, 3]), torch.zeros(3, dtype=torch.int64), torch.ones(3),
+        torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64), torch.ones(3))})
+    examples, _ = training_examples(views_only, ["product"], DEFAULT_FUNNEL_WEIGHTS)
+    # a log of views alone trains user -> product on them at weight 1 (user 0's second view has history)
+    assert list(zip(examples.anchor.tolist(), examples.positive.tolist(), examples.weight.tolist())) == [(0, 3, 1.0)]

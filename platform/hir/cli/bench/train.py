@@ -18,12 +18,14 @@ from hir.settings import Settings
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=5, help="timed steps")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
-    parser.add_argument("--batch", type=int, default=64, help="causal examples per step (anchors = 2x + the candidate pool)")
-    parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--broad-tokens", type=int, default=64)
-    parser.add_argument("--narrow-tokens", type=int, default=16)
+    # None: the settings' value (HIR_TRAIN_*), so the benchmark times the step the pipeline trains
+    parser.add_argument("--batch", type=int, default=None, help="causal examples per step (anchors = 2x + the candidate pool)")
+    parser.add_argument("--pool", type=int, default=None, help="shared candidates per step")
+    parser.add_argument("--dim", type=int, default=None)
+    parser.add_argument("--layers", type=int, default=None)
+    parser.add_argument("--heads", type=int, default=None)
+    parser.add_argument("--broad-tokens", type=int, default=None)
+    parser.add_argument("--narrow-tokens", type=int, default=None)
     parser.add_argument("--users", type=int, default=2000, help="planted graph size (items = users / 2)")
     parser.add_argument("--matmul", type=int, default=2048, help="side of the peak-FLOPS matmul")
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
@@ -61,11 +63,10 @@ def _trainer(args: argparse.Namespace, settings: Settings, device, out: str):
     events = planted_events(users=args.users, items=max(2, args.users // 2), coarse=8, fine_per_coarse=6, events_per_user=20)
     graph, _ = snapshot_at(events, float(events.ts.max()) + 1)
     total = args.warmup + args.steps + 1
-    sized = settings.replace(
-        train_steps=total, train_batch=args.batch, train_checkpoint_every=10 * total, train_log_every=10 * total,
-        train_dim=args.dim, train_layers=args.layers, train_heads=args.heads,
-        train_broad_tokens=args.broad_tokens, train_narrow_tokens=args.narrow_tokens,
-    )
+    given = {"train_batch": args.batch, "train_pool_size": args.pool, "train_dim": args.dim, "train_layers": args.layers,
+             "train_heads": args.heads, "train_broad_tokens": args.broad_tokens, "train_narrow_tokens": args.narrow_tokens}
+    sized = settings.replace(train_steps=total, train_checkpoint_every=10 * total, train_log_every=10 * total,
+                             **{name: value for name, value in given.items() if value is not None})
     configs = training_configs(sized, graph, device_type=device.type)
     return Trainer(graph, *configs, out, device=device), configs.train
 
@@ -91,11 +92,13 @@ def run(args: argparse.Namespace, settings: Settings) -> dict:
             trainer.train_step()
         flops = counter.get_total_flops()
     peak = matmul_peak_gflops(args.matmul, device)
-    teacher = 2 * min(args.batch, config.teacher_batch)
-    views = teacher + config.narrow_views * (2 * args.batch + trainer.pool_size)  # teacher + student views
+    teacher = 2 * min(config.batch_size, config.teacher_batch)
+    views = teacher + config.narrow_views * (2 * config.batch_size + trainer.pool_size)  # teacher + student views
     achieved = flops / step_s / 1e9
     return {
         "views_per_s": _sig(views / step_s),
+        "examples_per_s": _sig(config.batch_size / step_s),
+        "views_per_step": views,
         "step_ms": _sig(step_s * 1000),
         "model_gflop_per_step": _sig(flops / 1e9),
         "achieved_gflops": _sig(achieved),
@@ -104,6 +107,9 @@ def run(args: argparse.Namespace, settings: Settings) -> dict:
         "device": str(device),
         "backend": config.backend,
         "graph": "planted",
+        "batch": config.batch_size,
+        "pool": trainer.pool_size,
+        "threads": torch.get_num_threads(),
     }
 
 
