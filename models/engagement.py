@@ -4,10 +4,9 @@
 
 where ``ū, v̄`` are the layer-normalised representations, ``e_r`` the engagement-type embedding,
 ``b_r`` a per-type bias and ``φ(Δ)`` a log-scaled sinusoidal encoding of the edge's age ``Δ``
-(days before the cut-off). It is trained with binary cross-entropy of true training-window
-edges against three kinds of negatives that share the positive's ``u``, ``r`` and ``Δ``:
-uniform random nodes, popularity-weighted nodes (``∝ degree^0.75``) and in-batch destinations
-(the ``v`` of another positive).
+(days before the cut-off). It is trained with binary cross-entropy of true engagements against
+two kinds of negatives that share the positive's ``u``, ``r`` and ``Δ``: candidates drawn by
+smoothed popularity (the trainer's pool) and in-batch destinations (the ``v`` of another positive).
 """
 
 from __future__ import annotations

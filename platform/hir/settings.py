@@ -116,6 +116,9 @@ class Settings:
     train_dim: int = 64  # encoder width
     train_layers: int = 2
     train_heads: int = 4
+    # encoder dropout while training: off, since one pass over the examples does not overfit (on Amazon
+    # Beauty 0 gave Recall@10 0.0451 against 0.0436 at 0.1) and the masks cost ~7 % of a step
+    train_dropout: float = 0.0
     train_coarse: int = 8  # K1 coarse prototypes
     train_fine: int = 48  # K2 fine prototypes
     train_lr: float = 0.005

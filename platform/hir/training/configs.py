@@ -54,7 +54,8 @@ def training_configs(settings: Settings, graph, wk_dim: int = 0, device_type: st
         seed=settings.seed, backend=training_backend(device_type), warm_start=warm_start,
         finetune_steps=settings.finetune_steps,
     )
-    encoder = encoder_config_for(graph, settings.train_dim, settings.train_layers, settings.train_heads, wk_dim=wk_dim)
+    encoder = encoder_config_for(graph, settings.train_dim, settings.train_layers, settings.train_heads, wk_dim=wk_dim,
+                                 dropout=settings.train_dropout)
     sampler = SamplerConfig(broad_tokens=settings.train_broad_tokens, narrow_tokens=settings.train_narrow_tokens,
                             broad_recent=settings.train_broad_recent, narrow_recent=settings.train_narrow_recent)
     return TrainingConfigs(train, encoder, sampler)
