@@ -188,3 +188,14 @@ def test_training_views_hold_nothing_at_or_after_their_example_and_report_gradie
     shares = {k: v for k, v in result.metrics[-1].items() if k.startswith("grad_share_")}
     assert set(shares) == {f"grad_share_{n}" for n in ("next", "proto", "pair", "hier", "eng", "nce")}
     assert abs(sum(shares.values()) - 1) < 1e-6 and shares["grad_share_next"] > 0
+
+
+def test_steps_zero_trains_the_epochs_over_every_example(planted, tmp_path):
+    _, graph, _ = planted
+    trainer = Trainer(graph, tiny_config(steps=0, epochs=1.5, batch_size=16), encoder_for(graph), SAMPLER, tmp_path)
+    examples = len(trainer.examples)
+    assert examples > 16
+    assert trainer.config.total_steps == -(-3 * examples // (2 * 16))  # ⌈1.5 · examples / batch⌉
+    trainer.fit(stop_after=1)
+    resumed = Trainer(graph, tiny_config(steps=0, epochs=1.5, batch_size=16), encoder_for(graph), SAMPLER, tmp_path)
+    assert resumed.step == 1 and resumed.config.total_steps == trainer.config.total_steps  # the checkpoint agrees
