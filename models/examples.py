@@ -160,8 +160,8 @@ def training_examples(
     Users' next engagements with the nodes of those ``target_types`` the snapshot has
     (:func:`next_engagement_examples`, ``min_history = 1``), or, where no event type of theirs has a
     positive weight (a log of views alone), every one of them at weight 1; a snapshot without any
-    (no users, or no target type) falls back to every entry of a positively weighted edge type between any two
-    nodes, or of any type with weight 1 when none is weighted, ranked among all nodes.
+    (no users, or no target type) falls back to every entry of a positively weighted edge type
+    between any two nodes, or of any type with weight 1 when none is weighted, ranked among all nodes.
 
     Returns ``(examples, int64 candidate nodes)``.
     """
