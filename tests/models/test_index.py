@@ -122,3 +122,25 @@ def test_rerank_of_the_whole_candidate_set_drops_repeated_rows(bags):
     best = (vectors[pool] @ query).topk(6)
     assert torch.equal(rows, pool[best.indices])
     assert torch.allclose(scores, best.values)
+
+
+@pytest.mark.parametrize("entity_type", [None, "product"])
+def test_rerank_over_ivf_runs_multiplies_each_list_in_place_and_equals_exact_search(entity_type):
+    # IVF layout: one token per row, rows stored in list order, so every posting list is a run of
+    # consecutive rows (here 200 ≥ RUN_ROWS each); the re-rank must equal an exact search of those rows.
+    n, lists = 1000, 5
+    rows = torch.arange(n)
+    tokens = rows // (n // lists)
+    types = rows % 3
+    index = InvertedIndex.build(rows, tokens, torch.ones(n), rows + 1000, types, TYPES)
+    vectors = torch.randn(n, 8, generator=torch.Generator().manual_seed(5))
+    query = torch.randn(8, generator=torch.Generator().manual_seed(6))
+    q_tokens = torch.tensor([1, 3])
+    found, scores = index.search(q_tokens, torch.ones(2), 10, entity_type=entity_type, query_vector=query,
+                                 vectors=vectors, candidates=10_000)
+    pool = torch.nonzero(torch.isin(tokens, q_tokens)).squeeze(1)
+    if entity_type is not None:
+        pool = pool[types[pool] == TYPES.index(entity_type)]
+    best = (vectors[pool] @ query).topk(10)
+    assert torch.equal(found, pool[best.indices])
+    assert torch.allclose(scores, best.values)
