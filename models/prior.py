@@ -37,6 +37,9 @@ class CausalPopularity:
         self.node, self.time = node[order].long(), time[order]
         self.times, rank = torch.unique(self.time, sorted=True, return_inverse=True)
         self.key = self.node * (self.times.numel() + 1) + rank
+        # where each node's events start in ``key`` (nodes past the last one start at the end)
+        top = int(self.node.max()) + 1 if self.node.numel() else 0
+        self.first = torch.searchsorted(self.key, torch.arange(top + 1) * (self.times.numel() + 1))
         self.rate = None if half_life is None else math.log(2.0) / half_life
         if self.rate is not None and self.node.numel():
             self.log_count = self._log_decayed_counts()
@@ -59,7 +62,7 @@ class CausalPopularity:
         nodes, times, rank = torch.broadcast_tensors(nodes.long(), times, rank)
         end = torch.searchsorted(self.key, (nodes * (self.times.numel() + 1) + rank).contiguous(), side="left")
         if self.rate is None:
-            start = torch.searchsorted(self.key, (nodes * (self.times.numel() + 1)).contiguous(), side="left")
+            start = self.first[nodes.clamp(0, self.first.numel() - 1)]
             return torch.log1p((end - start).double()).float()
         last = (end - 1).clamp_min(0)
         seen = (end > 0) & (self.node[last] == nodes)

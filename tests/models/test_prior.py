@@ -36,3 +36,15 @@ def test_a_later_event_changes_no_earlier_prior():
     later = CausalPopularity(torch.cat([node, torch.tensor([2, 2])]), torch.cat([time, torch.tensor([1.7e9 + 60, 1.7e9 + 90], dtype=torch.float64)]), HALF_LIFE)
     nodes, times = torch.arange(6).unsqueeze(1), 1.7e9 + torch.tensor([[10.0, 60.0]], dtype=torch.float64)
     assert torch.equal(later.log_prior(nodes, times), CausalPopularity(node, time, HALF_LIFE).log_prior(nodes, times))
+
+
+def test_a_row_of_times_against_a_row_of_nodes_broadcasts_as_the_trainer_asks():
+    node, time = _events()
+    node = torch.where(node == 3, 9, node)  # node 3 has no events, 9 is past the others
+    nodes = torch.tensor([[0, 3, 5, 9, 12]])
+    times = 1.7e9 + torch.tensor([[-1.0], [40.0], [99.5]], dtype=torch.float64)
+    for half_life in (HALF_LIFE, None):
+        got = CausalPopularity(node, time, half_life).log_prior(nodes, times)
+        expected = torch.tensor([[_brute(node, time, int(i), float(t), half_life) for i in nodes[0]] for t in times[:, 0]])
+        assert got.shape == (3, 5)
+        assert torch.allclose(got, expected, rtol=1e-5, atol=1e-6), half_life
