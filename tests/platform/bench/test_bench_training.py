@@ -37,14 +37,15 @@ def test_bench_refresh_compares_scratch_and_warm_start(tmp_path):
     assert out["graph"] == "planted" and out["next_day_edges"] == len(pairs) > 0
     assert out["nodes_day2"] == load_snapshot(folders[1]).num_nodes
     assert out["time_ratio"] == pytest.approx(out["warm_s"] / out["scratch_s"], rel=0.1, abs=0.05)
-    assert set(out) == {"scratch_s", "warm_s", "time_ratio", "scratch_engagement_auc", "warm_engagement_auc", "graph",
+    assert set(out) == {"scratch_s", "warm_s", "time_ratio", "scratch_engagement_auc", "warm_engagement_auc",
+                        "warm_new_pair_auc", "graph",
                         "nodes_day2", "next_day_edges"}
 
 
 @pytest.mark.slow
 def test_refresh_auc_rises_with_training_above_the_untrained_model(tmp_path):
-    """The benchmark's AUC of next-day edges against random items, for the same day-2 model before
-    and after 100 training steps: chance before, clearly above after (same pairs, same negatives)."""
+    """The benchmark's AUC of next-day engagements against random items, for the same day-2 model
+    before and after 200 training steps: chance before, above after (same pairs, same negatives)."""
     from hir.models.graph import load_snapshot
     from hir.models.model import TrainConfig, encoder_config_for
     from hir.models.sampler import SamplerConfig
@@ -54,13 +55,32 @@ def test_refresh_auc_rises_with_training_above_the_untrained_model(tmp_path):
     day2 = load_snapshot(folders[1])
     encoder = encoder_config_for(day2, dim=16, layers=1, heads=2, hash_buckets=2048, dropout=0.0)
     sampler = SamplerConfig(broad_tokens=24, broad_walkers=12, broad_steps=6, narrow_tokens=8, narrow_walkers=8, narrow_steps=3)
-    config = TrainConfig(steps=100, batch_size=32, coarse=4, fine=8, proj_dim=16, lr=2e-2, warmup_steps=2)
+    weights = {"view": 1.0, "click": 1.0}  # trained and asked on both types: more next-day pairs
+    config = TrainConfig(steps=200, batch_size=32, coarse=4, fine=8, proj_dim=16, lr=5e-3, warmup_steps=2,
+                         funnel_weights="view:1,click:1")
     Trainer(day2, config, encoder, sampler, tmp_path / "untrained").save()
     Trainer(day2, config, encoder, sampler, tmp_path / "trained").fit()
-    untrained = refresh.engagement_auc(day2, tmp_path / "untrained", pairs)
-    trained = refresh.engagement_auc(day2, tmp_path / "trained", pairs)
+    untrained = refresh.engagement_auc(day2, tmp_path / "untrained", pairs, weights=weights)
+    trained = refresh.engagement_auc(day2, tmp_path / "trained", pairs, weights=weights)
     assert abs(untrained - 0.5) < 0.05
     # Causal training never shows the head the pair it scores (an aggregated edge's earlier events
     # vanish with its last one), so repeat engagements, frequent in the planted days, are not learnt:
-    # the rise is smaller than the non-causal seed's, and still well above chance.
-    assert trained > untrained + 0.05
+    # the rise is smaller than the non-causal seed's, and still above chance (0.506 -> 0.573 here).
+    assert trained > untrained + 0.03
+
+
+def test_the_refresh_bench_scores_each_trained_engagement_once_with_its_type_and_new_pairs_apart(tmp_path):
+    from hir.models.graph import load_snapshot
+
+    folders, pairs = refresh._planted_days(_args(refresh, "--graph planted --users 60 --days 4".split()), tmp_path)
+    day2 = load_snapshot(folders[1])
+    ids, click = day2.entity_id, day2.edge_types.index("click")
+    existing = set(zip(day2.csr.rows().tolist(), day2.csr.indices.tolist()))
+    node = {int(e): i for i, e in enumerate(ids.tolist())}
+    clicks = {(node[s], node[d]) for s, d, t in pairs if t == "click" and s in node and d in node}
+    assert clicks & existing and clicks - existing  # the days hold repeat and new engagements
+    src, dst, etype = refresh.scored_pairs(day2, pairs + pairs, {"click": 1.0, "view": 0.0})  # views: not trained
+    assert set(zip(src.tolist(), dst.tolist())) == clicks and len(src) == len(clicks)  # each once
+    assert (etype == click).all()
+    src, dst, _ = refresh.scored_pairs(day2, pairs, {"click": 1.0}, new_only=True)
+    assert set(zip(src.tolist(), dst.tolist())) == clicks - existing

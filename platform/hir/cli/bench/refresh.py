@@ -3,9 +3,11 @@
 Builds two consecutive daily snapshots (day 1 and day 2) and the events of the day after day 2.
 The day-1 model is trained from scratch first (untimed: it is yesterday's model). Then day 2 is
 trained twice, timed: from scratch (``--steps``) and warm-started from the day-1 checkpoint
-(``--finetune-steps``). Each day-2 model scores the next day's true edges against random
-entities of the same type as the true destination with its engagement head:
-``time_ratio = warm_s / scratch_s``, target ≤ 0.2 at an AUC no more than 0.01 below scratch.
+(``--finetune-steps``). Each day-2 model's engagement head scores the next day's new engagements
+(events of a type the head is trained on — a positive funnel weight — between two entities of the
+snapshot with no edge between them yet, each asked with its own type) against random entities of
+the true destination's type: ``time_ratio = warm_s / scratch_s``, target ≤ 0.2 at an AUC no more
+than 0.01 below scratch.
 
 Data: the synthetic source and the snapshot SQL (``--graph synthetic``, the default) in a
 temporary data home, or a planted graph generated in torch (``--graph planted``).
@@ -40,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _synthetic_days(args: argparse.Namespace, home: Path, settings: Settings):
-    """Two snapshot folders (day 1, day 2) and the next day's events ``(src, dst)`` as entity ids."""
+    """Two snapshot folders (day 1, day 2) and the next day's events ``(src, dst, event type)`` (entity ids)."""
     from hir.graph.snapshot import build_snapshot
     from hir.graph.sources.synthetic import generate
     from hir.graph.warehouse import connect, load_batch
@@ -60,19 +62,20 @@ def _synthetic_days(args: argparse.Namespace, home: Path, settings: Settings):
             build_snapshot(con, cutoff, settings, folder)
             folders.append(folder)
         rows = con.execute(
-            "SELECT src, dst FROM events WHERE ts >= ? AND ts < ?", [day2, day2 + timedelta(days=1)]
+            "SELECT src, dst, event_type FROM events WHERE ts >= ? AND ts < ?", [day2, day2 + timedelta(days=1)]
         ).fetchall()
     return folders, rows
 
 
 def _planted_days(args: argparse.Namespace, home: Path):
-    from hir.models.planted import planted_events, write_snapshot
+    from hir.models.planted import EDGE_TYPES, planted_events, write_snapshot
 
     events = planted_events(users=args.users, items=max(2, args.users // 2), coarse=8, fine_per_coarse=6, events_per_user=20, days=args.days, seed=args.seed)
     end = float(events.ts.max()) + 1
     folders = [write_snapshot(events, end - 2 * DAY, home / "day1"), write_snapshot(events, end - DAY, home / "day2")]
     nxt = events.ts >= end - DAY
-    return folders, list(zip(events.src[nxt].tolist(), events.dst[nxt].tolist()))
+    types = [EDGE_TYPES[t] for t in events.edge_type[nxt].tolist()]
+    return folders, list(zip(events.src[nxt].tolist(), events.dst[nxt].tolist(), types))
 
 
 def _training_settings(args: argparse.Namespace, settings: Settings) -> Settings:
@@ -93,24 +96,45 @@ def _train(args, settings: Settings, graph, out: Path, warm: str = "") -> float:
     return time.perf_counter() - start
 
 
-def engagement_auc(graph, folder: Path, pairs: list[tuple[int, int]], seed: int = 0) -> float:
-    """AUC of the checkpoint's engagement head: next-day edges vs random same-type destinations.
+def scored_pairs(graph, events: list[tuple[int, int, str]], weights: dict[str, float], new_only: bool = False):
+    """The engagements the benchmark scores: ``(src nodes, dst nodes, edge-type ids)`` int64.
 
-    Pairs whose endpoints are not both in ``graph`` (entities that arrived after the cut-off) are
-    skipped; the edge type is the graph's first (the head is asked "any engagement").
+    Of ``events`` (``(src, dst, event type)``, entity ids) it keeps, once each, those whose type
+    the engagement head is trained on (a positive weight in ``weights``, the funnel weights) and
+    whose ends are both in ``graph`` — with ``new_only``, also no edge between them yet.
     """
+    import torch
+
+    trained = {name: i for i, name in enumerate(graph.edge_types) if weights.get(name, 0) > 0}
+    kept = sorted({(s, d, trained[t]) for s, d, t in events if t in trained})
+    if not kept:
+        return (torch.zeros(0, dtype=torch.int64),) * 3
+    src, dst, etype = (torch.tensor(column, dtype=torch.int64) for column in zip(*kept))
+    ids, n = graph.entity_id, graph.num_nodes
+    si, di = torch.searchsorted(ids, src).clamp_max(ids.numel() - 1), torch.searchsorted(ids, dst).clamp_max(ids.numel() - 1)
+    keep = (ids[si] == src) & (ids[di] == dst)
+    if new_only:
+        keep &= ~torch.isin(si * n + di, graph.csr.rows() * n + graph.csr.indices)
+    return si[keep], di[keep], etype[keep]
+
+
+def engagement_auc(graph, folder: Path, events: list[tuple[int, int, str]], seed: int = 0,
+                   weights: dict[str, float] | None = None, new_only: bool = False) -> float:
+    """AUC of the checkpoint's engagement head on the next day's engagements (:func:`scored_pairs`;
+    ``weights`` default to the training default), each scored with its own type against a random
+    entity of its destination's type."""
     import torch
 
     from hir.models.checkpoint import load_model, read_configs
     from hir.models.engagement import auc
+    from hir.models.examples import parse_funnel_weights
     from hir.models.inference import embed_all
+    from hir.models.model import TrainConfig
 
-    ids = graph.entity_id
-    src = torch.tensor([p[0] for p in pairs], dtype=torch.int64)
-    dst = torch.tensor([p[1] for p in pairs], dtype=torch.int64)
-    si, di = torch.searchsorted(ids, src).clamp_max(ids.numel() - 1), torch.searchsorted(ids, dst).clamp_max(ids.numel() - 1)
-    known = (ids[si] == src) & (ids[di] == dst)
-    si, di = si[known], di[known]
+    weights = parse_funnel_weights(TrainConfig.funnel_weights) if weights is None else weights
+    si, di, etype = scored_pairs(graph, events, weights, new_only)
+    if si.numel() == 0:
+        return float("nan")
     model = load_model(folder, max(1, len(graph.edge_types)))
     emb = embed_all(graph, model, read_configs(folder)[2], backend="dense", batch_size=512).embedding
     gen = torch.Generator().manual_seed(seed)
@@ -119,7 +143,6 @@ def engagement_auc(graph, folder: Path, pairs: list[tuple[int, int]], seed: int 
         pool = torch.nonzero(graph.node_type == t).flatten()
         rows = torch.nonzero(graph.node_type[di] == t).flatten()
         fake[rows] = pool[torch.randint(0, pool.numel(), (rows.numel(),), generator=gen)]
-    etype = torch.zeros_like(si)
     age = torch.zeros(si.numel())
     with torch.no_grad():
         pos = model.engagement(emb[si], emb[di], etype, age)
@@ -130,7 +153,9 @@ def engagement_auc(graph, folder: Path, pairs: list[tuple[int, int]], seed: int 
 def run(args: argparse.Namespace, settings: Settings) -> dict:
     import torch
 
+    from hir.models.examples import parse_funnel_weights
     from hir.models.graph import load_snapshot
+    from hir.models.model import TrainConfig
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -141,14 +166,16 @@ def run(args: argparse.Namespace, settings: Settings) -> dict:
         _train(args, settings, day1, home / "model-day1")
         scratch_s = _train(args, settings, day2, home / "scratch")
         warm_s = _train(args, settings, day2, home / "warm", warm=str(home / "model-day1"))
-        scratch_auc = engagement_auc(day2, home / "scratch", pairs, args.seed)
-        warm_auc = engagement_auc(day2, home / "warm", pairs, args.seed)
+        weights = parse_funnel_weights(settings.train_funnel_weights or TrainConfig.funnel_weights)
+        scratch_auc, warm_auc, new_auc = (engagement_auc(day2, home / model, pairs, args.seed, weights, new_only)
+                                          for model, new_only in (("scratch", False), ("warm", False), ("warm", True)))
     return {
         "scratch_s": round(scratch_s, 2),
         "warm_s": round(warm_s, 2),
         "time_ratio": round(warm_s / scratch_s, 4),
         "scratch_engagement_auc": round(scratch_auc, 4),
         "warm_engagement_auc": round(warm_auc, 4),
+        "warm_new_pair_auc": round(new_auc, 4),
         "graph": args.graph,
         "nodes_day2": day2.num_nodes,
         "next_day_edges": len(pairs),
