@@ -10,6 +10,8 @@ from hir.evaluation.protocols import leave_last_out
 from hir.evaluation.scorers import (
     HEADLINE_RULE,
     HEADLINE_SCORER,
+    TEMPERATURE_SCALES,
+    BagScorer,
     EmbeddingScorer,
     EngagementRerankScorer,
     PriorCorrectedScorer,
@@ -20,7 +22,8 @@ from hir.evaluation.scorers import (
     text_start,
 )
 from hir.models.baselines.als import ALSScorer
-from hir.models.baselines.base import Interactions
+from hir.models.baselines.base import Interactions, Queries
+from hir.models.metrics import pad_targets
 from hir.models.baselines.sasrec import SASRecScorer
 from planted_interactions import CLUSTERS, item_cluster_vectors, planted, recall
 
@@ -55,6 +58,42 @@ def test_prior_corrected_scorer_is_cosine_over_temperature_plus_log_prior():
     # items 0 and 1 point the same way: the more popular one ranks first; unseen item 3 stays finite
     assert scorer.score(np.array([0]), train)[0, 1] > scorer.score(np.array([0]), train)[0, 0]
     assert torch.isfinite(scorer.score(np.array([0]), train)).all()
+
+
+def _popular_decoy():
+    """Item 0 is popular (20 takes), item 1 is user 0's validation item; item 2 is neither."""
+    train = Interactions([1] * 20 + [1], [0] * 20 + [1], np.arange(21.0), 2, 3)
+    validation = Queries(np.array([0]), pad_targets(np.array([1])), train)
+    towards = {item: np.eye(3)[item][None].repeat(2, 0) for item in range(3)}  # both users along item `item`
+    return train, validation, towards, np.eye(3)
+
+
+def test_the_validated_temperature_trusts_an_embedding_that_ranks_validation_above_the_prior():
+    train, validation, towards, items = _popular_decoy()
+    scorer = PriorCorrectedScorer(towards[1], items, 0.5, validation_vectors=(towards[1], items)).fit(train, validation)
+    # cos 1 against the decoy's log(21) − log(2) = 2.35 of prior: T < 0.43 puts item 1 first
+    assert scorer.temperature == pytest.approx(0.5 * 0.7071) and scorer.fit_report == {"temperature": scorer.temperature}
+    assert int(scorer.score(np.array([0]), train).argmax()) == 1
+    kept = PriorCorrectedScorer(towards[1], items, 0.5).fit(train, validation)  # no validation vectors: T stays
+    assert kept.temperature == 0.5 and kept.fit_report == {"temperature": 0.5}
+
+
+def test_the_validated_temperature_is_chosen_with_the_validation_vectors_not_the_serving_ones():
+    train, validation, towards, items = _popular_decoy()
+    # serving vectors that have seen the validation item point at it; the unseen ones point at item 2
+    scorer = PriorCorrectedScorer(towards[1], items, 0.5, validation_vectors=(towards[2], items)).fit(train, validation)
+    assert scorer.temperature >= 0.5
+    assert sorted(TEMPERATURE_SCALES) == list(TEMPERATURE_SCALES) and min(TEMPERATURE_SCALES) < 1 < max(TEMPERATURE_SCALES)
+
+
+def test_a_bag_scorer_validates_its_temperature_only_when_asked():
+    import scipy.sparse as sp
+
+    train, validation, _, _ = _popular_decoy()
+    bags = sp.csr_matrix(np.eye(3))
+    users = sp.csr_matrix(np.array([[0.0, 1.0, 0.0], [0.0, 1.0, 0.0]]))
+    assert BagScorer(users, bags, 0.5).fit(train, validation).temperature == 0.5
+    assert BagScorer(users, bags, 0.5, validate=True).fit(train, validation).temperature < 0.43
 
 
 def test_prior_corrected_scorer_decays_popularity():

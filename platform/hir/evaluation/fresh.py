@@ -43,9 +43,16 @@ def scoring_embeddings(split: Split, artifacts: Artifacts, partition: str, setti
 
 def serving_time(split: Split, cutoff: datetime, settings: Settings) -> datetime:
     """The end of the history ``split``'s test queries carry (module doc) for a partition's cut-off."""
-    if split.info.get("protocol") == "leave_last_out":
+    if validation_follows_cutoff(split):
         return cutoff + timedelta(days=settings.val_days)
     return cutoff
+
+
+def validation_follows_cutoff(split: Split) -> bool:
+    """Whether ``split``'s validation items come after the partition's cut-off, unseen by its
+    embeddings: on leave-last-out (each user's second-to-last item, in the window after the
+    cut-off) they do; on a temporal split they are each user's last items before it."""
+    return split.info.get("protocol") == "leave_last_out"
 
 
 def serving_embeddings(settings: Settings, artifacts: Artifacts, partition: str, at: datetime,

@@ -257,6 +257,7 @@ def run_scorers(split: Split, factories: dict[str, Callable[[], Scorer]], ks: It
                 sub = evaluate(scorer, queries, ks)
                 row[slice_name] = {k: round(v, 6) if isinstance(v, float) else v for k, v in sub.items()}
         row["fit_seconds"] = round(fitted, 1)
+        row.update(getattr(scorer, "fit_report", {}))  # what fitting chose (a validated temperature)
         if hasattr(scorer, "epochs_run"):
             row["epochs"] = scorer.epochs_run
         results[name] = row
