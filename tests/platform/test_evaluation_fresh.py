@@ -3,7 +3,7 @@
 import json
 from datetime import datetime, timedelta, timezone
 
-from hir.evaluation.fresh import scoring_embeddings, serving_time
+from hir.evaluation.fresh import scoring_embeddings, serving_time, validation_follows_cutoff
 from hir.evaluation.protocols import Split
 from hir.settings import Settings
 from hir.storage import META_FILE, Artifacts
@@ -19,6 +19,8 @@ def test_leave_last_out_is_served_after_the_validation_day_temporal_at_the_cutof
     settings = Settings(val_days=1.0)
     assert serving_time(_split("leave_last_out"), CUTOFF, settings) == CUTOFF + timedelta(days=1)
     assert serving_time(_split("temporal"), CUTOFF, settings) == CUTOFF
+    # and only there are the validation items unseen by the cut-off embeddings (they may tune a scorer)
+    assert validation_follows_cutoff(_split("leave_last_out")) and not validation_follows_cutoff(_split("temporal"))
 
 
 def test_temporal_windows_and_partitions_without_a_snapshot_keep_the_cutoff_embeddings(tmp_path):
