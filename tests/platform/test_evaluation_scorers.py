@@ -128,6 +128,9 @@ def test_engagement_rerank_orders_the_candidates_by_the_head_and_keeps_the_rest_
     scores = scorer.score(np.array([0, 1]), train)
     assert torch.argsort(scores[0], descending=True).tolist() == [2, 1, 0, 3, 4]  # top 3 reversed, then 3, 4
     assert scores[0, :3].min() > scores[0, 3:].max()
+    assert scorer.fit_report == {}  # the plain retrieval stage chose nothing
+    prior = PriorCorrectedScorer(np.eye(2), np.eye(5, 2), 0.25)
+    assert EngagementRerankScorer(prior, np.eye(2, 5), np.eye(5), Head(), 3).fit(train).fit_report == {"temperature": 0.25}
 
 
 def test_embedding_scorer_aligns_by_key():

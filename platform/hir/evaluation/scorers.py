@@ -263,6 +263,11 @@ class EngagementRerankScorer(Scorer):
         self.retrieve.fit(train, validation)
         return self
 
+    @property
+    def fit_report(self) -> dict:
+        """What fitting the retrieval stage chose (its temperature)."""
+        return getattr(self.retrieve, "fit_report", {})
+
     def score(self, users, history):
         base = self.retrieve.score(users, history)
         top = base.topk(min(self.candidates, base.shape[1]), dim=1).indices
