@@ -3,11 +3,11 @@
 Builds two consecutive daily snapshots (day 1 and day 2) and the events of the day after day 2.
 The day-1 model is trained from scratch first (untimed: it is yesterday's model). Then day 2 is
 trained twice, timed: from scratch (``--steps``) and warm-started from the day-1 checkpoint
-(``--finetune-steps``). Each day-2 model's engagement head scores the next day's new engagements
+(``--finetune-steps``). Each day-2 model's engagement head scores the next day's engagements
 (events of a type the head is trained on — a positive funnel weight — between two entities of the
-snapshot with no edge between them yet, each asked with its own type) against random entities of
-the true destination's type: ``time_ratio = warm_s / scratch_s``, target ≤ 0.2 at an AUC no more
-than 0.01 below scratch.
+snapshot, each pair once and asked with its own type) against random entities of the true
+destination's type; ``warm_new_pair_auc`` keeps the pairs with no edge between them yet:
+``time_ratio = warm_s / scratch_s``, target ≤ 0.2 at an AUC no more than 0.01 below scratch.
 
 Data: the synthetic source and the snapshot SQL (``--graph synthetic``, the default) in a
 temporary data home, or a planted graph generated in torch (``--graph planted``).
@@ -119,10 +119,10 @@ def scored_pairs(graph, events: list[tuple[int, int, str]], weights: dict[str, f
 
 
 def engagement_auc(graph, folder: Path, events: list[tuple[int, int, str]], seed: int = 0,
-                   weights: dict[str, float] | None = None, new_only: bool = False) -> float:
+                   weights: dict[str, float] | None = None, new_only: bool = False) -> float | None:
     """AUC of the checkpoint's engagement head on the next day's engagements (:func:`scored_pairs`;
     ``weights`` default to the training default), each scored with its own type against a random
-    entity of its destination's type."""
+    entity of its destination's type; ``None`` when there is none to score."""
     import torch
 
     from hir.models.checkpoint import load_model, read_configs
@@ -134,7 +134,7 @@ def engagement_auc(graph, folder: Path, events: list[tuple[int, int, str]], seed
     weights = parse_funnel_weights(TrainConfig.funnel_weights) if weights is None else weights
     si, di, etype = scored_pairs(graph, events, weights, new_only)
     if si.numel() == 0:
-        return float("nan")
+        return None
     model = load_model(folder, max(1, len(graph.edge_types)))
     emb = embed_all(graph, model, read_configs(folder)[2], backend="dense", batch_size=512).embedding
     gen = torch.Generator().manual_seed(seed)
@@ -173,10 +173,14 @@ def run(args: argparse.Namespace, settings: Settings) -> dict:
         "scratch_s": round(scratch_s, 2),
         "warm_s": round(warm_s, 2),
         "time_ratio": round(warm_s / scratch_s, 4),
-        "scratch_engagement_auc": round(scratch_auc, 4),
-        "warm_engagement_auc": round(warm_auc, 4),
-        "warm_new_pair_auc": round(new_auc, 4),
+        "scratch_engagement_auc": _rounded(scratch_auc),
+        "warm_engagement_auc": _rounded(warm_auc),
+        "warm_new_pair_auc": _rounded(new_auc),
         "graph": args.graph,
         "nodes_day2": day2.num_nodes,
         "next_day_edges": len(pairs),
     }
+
+
+def _rounded(auc: float | None) -> float | None:
+    return None if auc is None else round(auc, 4)
