@@ -66,7 +66,7 @@ def test_refresh_auc_rises_with_training_above_the_untrained_model(tmp_path):
     # Causal training never shows the head the pair it scores (an aggregated edge's earlier events
     # vanish with its last one), so repeat engagements, frequent in the planted days, are not learnt:
     # the rise is smaller than the non-causal seed's, and still above chance (0.506 -> 0.573 here).
-    assert trained > untrained + 0.03
+    assert trained > untrained + 0.05
 
 
 def test_the_refresh_bench_scores_each_trained_engagement_once_with_its_type_and_new_pairs_apart(tmp_path):
