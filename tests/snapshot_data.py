@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import duckdb
 import pandas as pd
-from hir.graph.warehouse import connect
+from hir.graph.warehouse import append_events, connect
 
 UTC = timezone.utc
 DAY0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -57,9 +57,16 @@ def fill(con: duckdb.DuckDBPyConnection, events, relations=(), types: dict[int, 
 
 
 def add_events(con: duckdb.DuckDBPyConnection, events) -> None:
-    """Insert ``(src, dst, event_type, ts, value)`` rows into ``events`` (their entities must exist)."""
+    """Append ``(src, dst, event_type, ts, value)`` rows to ``events`` as the loader does, day
+    fingerprints and all (:func:`hir.graph.warehouse.append_events`; their entities must exist)."""
     if events:
-        con.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?)", [list(e) for e in events])
+        frame = pd.DataFrame([list(e) for e in events], columns=["src", "dst", "event_type", "ts", "value"])
+        frame["ts"] = pd.to_datetime(frame["ts"], utc=True)
+        con.register("t_events", frame)
+        try:
+            append_events(con, "t_events")
+        finally:
+            con.unregister("t_events")
 
 
 def tiny_warehouse(path) -> None:

@@ -96,6 +96,10 @@ class Settings:
     # Advance the previous partition's edge state by the new day's events instead of re-reading the
     # whole log (false: every snapshot is a full rebuild). See hir.graph.snapshot.
     snapshot_incremental: bool = True
+    # Find late events by fingerprinting every day of the log at each snapshot instead of reading the
+    # day fingerprints the loader keeps (event_days); also sees an event edited in place outside the
+    # loader, at the cost of a scan of the whole log.
+    snapshot_scan_days: bool = False
 
     # World knowledge.
     text_model: str = "all-MiniLM-L6-v2"

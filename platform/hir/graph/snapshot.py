@@ -25,8 +25,9 @@ and a checksum) of every day before ``T``. Since ``2^(-(T'-ts)/h) = 2^(-(R-ts)/h
 the edges at any cut-off ``T'`` are the stored ones summed per key with their weights multiplied once
 by the decay from ``R`` to ``T'``: counts add, first/last times take the min/max. The edges are kept
 as *parts*: a base part and one small delta part per increment, all with weights as of the same
-``R``. An increment therefore aggregates the events of ``[T, T')`` only and writes them as a new
-part; the earlier parts are hard links into the new state, not rewritten. The parts are merged when
+``R``. An increment therefore reads the events of ``[T, T')`` only and writes their rows (one per
+event or transition, count 1: a day's events barely aggregate) as a new part; the earlier parts are
+hard links into the new state, not rewritten. The parts are merged when
 the snapshot is written, and compacted into one base part (``R = T'``) every
 :data:`COMPACT_PARTS` parts, when the edge types (and so their ids) changed, and before the weights
 as of ``R`` would leave the range of ``exp()`` (:data:`MAX_EXPONENT`). That equals the full
@@ -34,7 +35,10 @@ recomputation (weights up to float rounding). A state is used
 only if its half-lives, sequence event types and day checksum are the current ones and its day
 fingerprints still match the warehouse: a late event that landed in an already covered day makes
 it stale, and the snapshot is recomputed from the newest state before the first affected day (or
-from scratch), which :class:`Provenance` reports.
+from scratch), which :class:`Provenance` reports. The warehouse's fingerprints are the loader's
+table of days (``event_days``, :func:`hir.graph.warehouse.append_events`), so that a step reads no
+event before its window; where that table does not account for every event (rows written past the
+loader), or with ``Settings.snapshot_scan_days``, they come from a scan of the log.
 
 The node table holds every entity first seen before ``T`` or touched by
 an edge, in ``entity_id`` order (row ``i`` is node ``i``), with
@@ -67,6 +71,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from hir.graph.warehouse import DAY, DAY_CHECKSUM, EVENT_DAYS_OF, event_days_complete
 from hir.settings import Settings
 from hir.storage import (
     META_FILE,
@@ -102,7 +107,8 @@ STATE_TYPES = "snapshot_state_types"
 # The decay rate of a type: ln 2 / half-life, per microsecond.
 RATE = "ln(2.0) / (86400e6 * half_life_days)"
 
-# Edge types over the whole warehouse, so ids are stable across partitions: 0-based id in name
+# Edge types over the whole warehouse (the event types of its day fingerprints, snap_event_days, and
+# the relations), so ids are stable across partitions: 0-based id in name
 # order, the half-life in days (the setting's default for a type it does not list), the decay
 # rate ln 2 / half-life per microsecond and whether it is a sequence event type. followed_by is a
 # type whenever sequence events are configured, whether or not any occur yet.
@@ -112,7 +118,7 @@ SELECT edge_type, edge_type_id, half_life_days, {RATE} AS rate,
 FROM (SELECT t.edge_type,
              row_number() OVER (ORDER BY t.edge_type) - 1 AS edge_type_id,
              coalesce(h.half_life_days, $default_half_life) AS half_life_days
-      FROM (SELECT event_type AS edge_type FROM events UNION SELECT relation FROM relations
+      FROM (SELECT event_type AS edge_type FROM snap_event_days UNION SELECT relation FROM relations
             UNION SELECT '{FOLLOWED_BY}' WHERE len(CAST($sequence_events AS VARCHAR[])) > 0) t
       LEFT JOIN snapshot_half_lives h USING (edge_type))
 """
@@ -137,23 +143,14 @@ WHERE previous IS NOT NULL AND previous <> dst
 # incremental step at the cut-off of the state it advances.
 WINDOW = "ts >= CAST($start AS TIMESTAMPTZ) AND ts < $cutoff"
 
-# The events of the window with their type ids, read from the log once per step (snap_window): the
-# edges, the sequences and the day fingerprints are computed from it, and each further pass over the
-# log would cost as much as this one. The weights are computed where they are summed, not stored
-# here: storing them costs about the CPU it saves, and makes the table a quarter larger (at 50 M
-# events it holds 35 M rows).
-WINDOW_EVENTS = f"""
-SELECT src, dst, t.edge_type_id, ts
-FROM events
-JOIN snap_edge_types t ON t.edge_type = event_type
+# The window's sequence events, kept for the transitions and the new sequence state. The window is
+# read from the log twice (here and for the edges), not copied into a table first: a zone-mapped
+# range scan of the warehouse costs less than writing and re-reading the copy.
+FRESH_SEQUENCES = f"""
+SELECT e.src, e.event_type, e.dst, e.ts
+FROM events e
+JOIN snap_edge_types t ON t.edge_type = e.event_type AND t.sequence
 WHERE {WINDOW}
-"""
-
-# The window's sequence events, kept for the transitions and the new sequence state.
-FRESH_SEQUENCES = """
-SELECT w.src, t.edge_type AS event_type, w.dst, w.ts
-FROM snap_window w JOIN snap_edge_types t USING (edge_type_id)
-WHERE t.sequence
 """
 
 # Transitions whose later event lies in the window. The first event of a user and type in the
@@ -169,13 +166,13 @@ FROM (SELECT dst, ts, lag(dst) OVER (PARTITION BY src, event_type ORDER BY ts, d
 WHERE previous IS NOT NULL AND previous <> dst
 """
 
-# One row per event of the window whose type is (``=``) or is not (``<>``) followed_by, with its
-# decayed weight as of the reference time.
+# One row per event of the window with its type id and its decayed weight as of the reference time;
+# {types} narrows the event types (to those named, or not named, followed_by).
 EVENT_ROWS = f"""
-SELECT w.src, w.dst, w.edge_type_id, w.ts, {WEIGHT.format(ts="w.ts")} AS weight
-FROM snap_window w
-JOIN snap_edge_types t USING (edge_type_id)
-WHERE t.edge_type {{op}} '{FOLLOWED_BY}'
+SELECT e.src, e.dst, t.edge_type_id, e.ts, {WEIGHT.format(ts="e.ts")} AS weight
+FROM events e
+JOIN snap_edge_types t ON t.edge_type = e.event_type
+WHERE {WINDOW} {{types}}
 """
 
 # One row per transition of the window, with its decayed weight as of the reference time.
@@ -201,9 +198,18 @@ GROUP BY src, dst, edge_type_id
 # than one GROUP BY over their union; the keys of the two parts differ in their edge type (events of
 # a type named followed_by, if any, are aggregated with the transitions).
 STEP_EDGES = f"""
-{AGGREGATED.format(rows=EVENT_ROWS.format(op="<>"))}
+{AGGREGATED.format(rows=EVENT_ROWS.format(types=f"AND e.event_type <> '{FOLLOWED_BY}'"))}
 UNION ALL
-{AGGREGATED.format(rows=EVENT_ROWS.format(op="=") + " UNION ALL " + TRANSITION_ROWS)}
+{AGGREGATED.format(rows=EVENT_ROWS.format(types=f"AND e.event_type = '{FOLLOWED_BY}'") + " UNION ALL " + TRANSITION_ROWS)}
+"""
+
+# The window's event and transition rows as an edge part, one row per event (count 1), not
+# aggregated: a delta part. A day's events aggregate into almost as many edges (about 1.3 events
+# an edge on the bench's log), so aggregating them would cost more than it saves; the parts are
+# summed per key when they are read (STATE_EDGES).
+STEP_ROWS = f"""
+SELECT src, dst, edge_type_id, CAST(1 AS BIGINT) AS count, ts AS first_ts, ts AS last_ts, weight
+FROM ({EVENT_ROWS.format(types="")} UNION ALL {TRANSITION_ROWS})
 """
 
 # A stored state's types (registered as STATE_TYPES) with their decay rates.
@@ -247,25 +253,16 @@ FROM (SELECT src, event_type, max({'ts': ts, 'dst': dst}) AS last
       GROUP BY src, event_type)
 """
 
-# A day's fingerprint: its events and the XOR of their hashes; days are UTC days since 1970. The
-# count alone catches every late event (ingest only appends); the checksum also catches an event
-# replaced by another at a different time or between other entities. It leaves the event type out:
-# in a DuckDB table, decoding that text column makes the scan about three times as expensive, and
-# every incremental step fingerprints the whole log before its base. A state records the checksum
-# it was built with (state.json): one built with another is not compatible, rather than all stale.
-DAY = "CAST(floor(epoch_us(ts) / 86400000000.0) AS BIGINT)"
-DAY_CHECKSUM = "bit_xor(hash(src, dst, ts))"
-DAY_FINGERPRINTS = f"""
-SELECT {DAY} AS day, count(*) AS events, {DAY_CHECKSUM} AS checksum
-FROM {{table}}
-"""
-
-# The fingerprints of every day before the cut-off: the stored ones and the window's, merged per day.
-STEP_DAYS = f"""
+# The fingerprint of every UTC day of the events before $before (see hir.graph.warehouse): the
+# whole days from snap_event_days, the day of $before up to it (where $before is not midnight) from a
+# range scan of that day. A state records them and the checksum it was built with (state.json): one
+# built with another checksum is not compatible, rather than all stale.
+DAYS_BEFORE = f"""
 SELECT day, CAST(sum(events) AS BIGINT) AS events, bit_xor(checksum) AS checksum
-FROM ({DAY_FINGERPRINTS.format(table="snap_window")} GROUP BY day
+FROM (SELECT day, events, checksum FROM snap_event_days WHERE day < $before_day
       UNION ALL
-      SELECT day, events, checksum FROM snap_prev_days)
+      SELECT {DAY} AS day, count(*) AS events, {DAY_CHECKSUM} AS checksum
+      FROM events WHERE ts >= $before_day_start AND ts < $before GROUP BY 1)
 GROUP BY day
 """
 
@@ -273,7 +270,7 @@ GROUP BY day
 # events), oldest first, with the number of events added since.
 CHANGED_DAYS = f"""
 SELECT day, coalesce(c.events, 0) - coalesce(s.events, 0) AS added
-FROM ({DAY_FINGERPRINTS.format(table="events")} WHERE ts < $base GROUP BY day) c
+FROM ({DAYS_BEFORE}) c
 FULL JOIN read_parquet($state_days) s USING (day)
 WHERE c.events IS DISTINCT FROM s.events OR c.checksum IS DISTINCT FROM s.checksum
 ORDER BY day
@@ -457,8 +454,33 @@ def configure(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
     con.execute("SET preserve_insertion_order = false")
 
 
+def prepare_event_days(con: duckdb.DuckDBPyConnection, settings: Settings) -> str:
+    """``snap_event_days(day, event_type, events, checksum)``: the warehouse's day fingerprints
+    (``event_days``, kept by the loader) where they account for every event, else computed from a
+    scan of the whole log, as always with ``settings.snapshot_scan_days`` (which also sees an event
+    edited in place outside the loader). Returns where they came from: ``"warehouse"`` or ``"scan"``.
+    """
+    if not settings.snapshot_scan_days and event_days_complete(con):
+        con.execute("CREATE OR REPLACE TEMP TABLE snap_event_days AS SELECT * FROM event_days")
+        return "warehouse"
+    con.execute(f"CREATE OR REPLACE TEMP TABLE snap_event_days AS {EVENT_DAYS_OF.format(table='events')}")
+    return "scan"
+
+
+def drop_event_days(con: duckdb.DuckDBPyConnection) -> None:
+    """Remove what :func:`prepare_event_days` made."""
+    con.execute("DROP TABLE IF EXISTS snap_event_days")
+
+
+def _days_before(before: datetime) -> dict:
+    """The parameters of :data:`DAYS_BEFORE`: ``before``, its UTC day (days since 1970) and that day's start."""
+    day = (before - _EPOCH) // timedelta(days=1)
+    return {"before": before, "before_day": day, "before_day_start": _day_start(day)}
+
+
 def prepare_edge_types(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
-    """Create the temp table ``snap_edge_types(edge_type, edge_type_id, half_life_days, rate, sequence)``.
+    """Create the temp table ``snap_edge_types(edge_type, edge_type_id, half_life_days, rate, sequence)``
+    (after :func:`prepare_event_days`, whose event types it reads).
 
     The half-lives of ``settings.half_life_days`` are registered as a small Arrow table for the
     join; a type they do not list gets ``settings.default_half_life_days``. ``followed_by`` is a
@@ -526,8 +548,11 @@ def _compatible(con: duckdb.DuckDBPyConnection, state: EdgeState, settings: Sett
     )
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
 def _day_start(day: int) -> datetime:
-    return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(days=day)
+    return _EPOCH + timedelta(days=day)
 
 
 def choose_base(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings: Settings,
@@ -549,7 +574,7 @@ def choose_base(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings: Sett
         if state.cutoff > limit:  # it covers the first changed day too
             stale.append(state.folder)
             continue
-        changed = con.execute(CHANGED_DAYS, {"base": state.cutoff, "state_days": str(state.folder / "days.parquet")}).fetchall()
+        changed = con.execute(CHANGED_DAYS, {**_days_before(state.cutoff), "state_days": str(state.folder / "days.parquet")}).fetchall()
         if not changed:
             mode = Provenance("incremental", state.cutoff, first_late and first_late.date(), late, tuple(stale))
             return state, mode
@@ -569,16 +594,17 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
 
     With ``settings.snapshot_incremental`` and a usable state among ``states`` (see
     :func:`choose_base`) only the events in ``[state cut-off, cutoff)`` are read; otherwise the whole
-    log is. Those events are read once, into the temp table ``snap_window`` (:data:`WINDOW_EVENTS`);
-    the results stream from the queries into the files (materialising them in DuckDB first would
-    cost about as much again). An increment writes the window's edges as one more part beside hard
-    links to the base state's parts (:func:`_appendable`); otherwise, and every
-    :data:`COMPACT_PARTS` parts, the edges are written as one base part. Files, all Parquet but
-    ``state.json``:
+    log is; the day fingerprints come from the warehouse's table of days (:func:`prepare_event_days`).
+    The results stream from the queries into the files (materialising them in DuckDB first would
+    cost about as much again). An increment writes the window's event and transition rows as one
+    more part beside hard links to the base state's parts (:func:`_appendable`, :data:`STEP_ROWS`);
+    otherwise, and every :data:`COMPACT_PARTS` parts, the edges are aggregated into one base part.
+    Files, all Parquet but ``state.json``:
 
     * the edge parts (``edges.parquet``, then ``edges-1.parquet`` …): ``src, dst, edge_type_id, count,
       first_ts, last_ts, weight`` — event and transition edges (no relations) in entity ids, the weight
-      as of the reference time; a key can be in several parts (:data:`STATE_EDGES` merges them);
+      as of the reference time; a key can be in several parts, and several times in a delta part
+      (:data:`STATE_EDGES` merges them);
     * ``sequences.parquet``: ``src, event_type, dst, ts`` — each user's last item per sequence type;
     * ``days.parquet``: ``day, events, checksum`` — per UTC day before the cut-off (days since 1970);
     * ``state.json``: the cut-off, the reference time, the edge parts, the edge types by id with their
@@ -590,7 +616,7 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
     Args:
         con: a connection to the warehouse (or any database with ``events`` and ``relations``).
         cutoff: the cut-off ``T``.
-        settings: half-lives, sequence event types, ``snapshot_incremental``.
+        settings: half-lives, sequence event types, ``snapshot_incremental``, ``snapshot_scan_days``.
         folder: where the state goes.
         states: candidate state folders (``<snapshot>/state``), newest first.
     """
@@ -598,30 +624,32 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("edges*.parquet"):  # a state written here before: its parts may be links into
         old.unlink()                          # another state, which writing over them would change
-    prepare_edge_types(con, settings)
-    base, provenance = choose_base(con, cutoff, settings, states) if settings.snapshot_incremental else (None, Provenance("full"))
-    append = base is not None and _appendable(con, base, cutoff)
-    reference = base.reference if append else cutoff
-    parts = [*base.edge_parts, f"edges-{len(base.edge_parts)}.parquet"] if append else [BASE_PART]
-    values = {
-        "cutoff": cutoff,
-        "reference": reference,
-        "start": base.cutoff if base else FULL_REBUILD_START,
-        "sequence_events": settings.sequence_event_types,
-        **(_state_values(base) if base else {}),
-    }
     try:
+        prepare_event_days(con, settings)
+        prepare_edge_types(con, settings)
+        base, provenance = choose_base(con, cutoff, settings, states) if settings.snapshot_incremental else (None, Provenance("full"))
+        append = base is not None and _appendable(con, base, cutoff)
+        reference = base.reference if append else cutoff
+        parts = [*base.edge_parts, f"edges-{len(base.edge_parts)}.parquet"] if append else [BASE_PART]
+        values = {
+            "cutoff": cutoff,
+            "reference": reference,
+            "start": base.cutoff if base else FULL_REBUILD_START,
+            "sequence_events": settings.sequence_event_types,
+            **(_state_values(base) if base else {}),
+            **_days_before(cutoff),
+        }
         _load_previous(con, base)
         if append:
             for name in base.edge_parts:
                 _link(base.folder / name, folder / name)
-        con.execute(f"CREATE OR REPLACE TEMP TABLE snap_window AS {WINDOW_EVENTS}", _bind(WINDOW_EVENTS, values))
-        con.execute(f"CREATE OR REPLACE TEMP TABLE snap_fresh_sequences AS {FRESH_SEQUENCES}")
-        edges = ADVANCED_EDGES if base and not append else STEP_EDGES
-        for query, name in ((edges, parts[-1]), (STEP_SEQUENCES, "sequences.parquet"), (STEP_DAYS, "days.parquet")):
+        con.execute(f"CREATE OR REPLACE TEMP TABLE snap_fresh_sequences AS {FRESH_SEQUENCES}", _bind(FRESH_SEQUENCES, values))
+        edges = STEP_ROWS if append else ADVANCED_EDGES if base else STEP_EDGES
+        for query, name in ((edges, parts[-1]), (STEP_SEQUENCES, "sequences.parquet"), (DAYS_BEFORE, "days.parquet")):
             con.execute(f"COPY ({query}) TO $path {STATE_FORMAT}", {**_bind(query, values), "path": str(folder / name)})
     finally:
-        for table in ("snap_window", "snap_fresh_sequences", "snap_prev_sequences", "snap_prev_days", "snap_state_types"):
+        drop_event_days(con)
+        for table in ("snap_fresh_sequences", "snap_prev_sequences", "snap_state_types"):
             con.execute(f"DROP TABLE IF EXISTS {table}")
     types = con.execute("SELECT edge_type, half_life_days FROM snap_edge_types ORDER BY edge_type_id").fetchall()
     write_json(folder / "state.json", {
@@ -656,14 +684,12 @@ def _link(source: Path, target: Path) -> None:
 
 
 def _load_previous(con: duckdb.DuckDBPyConnection, base: EdgeState | None) -> None:
-    """``snap_prev_sequences`` and ``snap_prev_days`` of ``base`` (empty without one), and its
-    ``snap_state_types`` mapped to the current type ids."""
+    """``snap_prev_sequences`` of ``base`` (empty without one), and its ``snap_state_types`` mapped to
+    the current type ids."""
     con.execute("CREATE OR REPLACE TEMP TABLE snap_prev_sequences (src BIGINT, event_type VARCHAR, dst BIGINT, ts TIMESTAMPTZ)")
-    con.execute("CREATE OR REPLACE TEMP TABLE snap_prev_days (day BIGINT, events BIGINT, checksum UBIGINT)")
     if base is None:
         return
     con.execute("INSERT INTO snap_prev_sequences SELECT src, event_type, dst, ts FROM read_parquet(?)", [str(base.folder / "sequences.parquet")])
-    con.execute("INSERT INTO snap_prev_days SELECT day, events, checksum FROM read_parquet(?)", [str(base.folder / "days.parquet")])
     _load_state_types(con, base, dict(con.execute("SELECT edge_type, edge_type_id FROM snap_edge_types").fetchall()))
 
 

@@ -10,6 +10,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from hir.cli.bench import snapshot as bench
+from hir.graph.warehouse import connect, event_days_complete
 from hir.settings import Settings
 
 
@@ -32,7 +33,7 @@ def test_log_has_revisits_and_skewed_popularity():
 def test_both_sides_write_the_same_edges(data_home, tmp_path):
     settings = Settings.from_env()
     path = bench.events_file(settings, 3000, seed=2)
-    assert bench.duckdb_state(path, tmp_path / "d", settings) == "full"
+    assert bench.duckdb_state(bench.events_warehouse(settings, path), tmp_path / "d", settings) == "full"
     bench.pandas_edges(path, tmp_path / "p.parquet", settings)
     edges = bench.state_edges(tmp_path / "d")
     assert bench.same_edges(edges, pd.read_parquet(tmp_path / "p.parquet"))
@@ -47,11 +48,15 @@ def test_both_sides_write_the_same_edges(data_home, tmp_path):
 
 def test_the_incremental_side_writes_the_full_sides_state(data_home, tmp_path):
     settings = Settings.from_env()
-    path = bench.events_file(settings, 3000, seed=2)
-    bench.duckdb_state(path, tmp_path / "base", settings, bench.CUTOFF - timedelta(days=1))
-    assert bench.duckdb_state(path, tmp_path / "inc", settings, states=[tmp_path / "base"]) == "incremental"
-    bench.duckdb_state(path, tmp_path / "full", settings)
+    warehouse = bench.events_warehouse(settings, bench.events_file(settings, 3000, seed=2))
+    bench.duckdb_state(warehouse, tmp_path / "base", settings, bench.CUTOFF - timedelta(days=1))
+    assert bench.duckdb_state(warehouse, tmp_path / "inc", settings, states=[tmp_path / "base"]) == "incremental"
+    bench.duckdb_state(warehouse, tmp_path / "full", settings)
     assert bench.same_state(tmp_path / "inc", tmp_path / "full")
+    with connect(warehouse, read_only=True) as con:  # the steps read the loader's day fingerprints ...
+        assert event_days_complete(con)
+    bench.duckdb_state(warehouse, tmp_path / "scan", settings.replace(snapshot_scan_days=True))
+    assert bench.same_state(tmp_path / "scan", tmp_path / "full")  # ... which equal a scan of the log
     assert not bench.same_state(tmp_path / "base", tmp_path / "full")  # a day apart: they differ
 
     # A user's carried last item that differs is caught.
@@ -71,6 +76,7 @@ def test_run_reports_the_issue_figures(data_home):
     assert 0 < result["edge_write_s"] < result["duckdb_s"]
     assert result["peak_rss_mb"] > 0
     assert (data_home / "bench" / "snapshot_events_4000_0.parquet").exists()
+    assert (data_home / "bench" / "snapshot_events_4000_0.duckdb").exists()
 
 
 def test_run_without_pandas_reports_duckdb_only(data_home):

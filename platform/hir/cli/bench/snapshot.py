@@ -1,18 +1,22 @@
 """Edge state of one graph-snapshot cut-off: DuckDB (full rebuild and one-day increment) against pandas.
 
-`hir bench snapshot --events N` writes a synthetic event log of ``N`` events once (untimed), then
-times, in this process and on the same file, the edge computation the ``graph_snapshot`` asset
+`hir bench snapshot --events N` writes a synthetic event log of ``N`` events once (untimed), as a
+Parquet file and as a warehouse (a DuckDB file whose ``events`` and day fingerprints
+``event_days`` the loader's :func:`hir.graph.warehouse.append_events` wrote, in time order), then
+times, in this process and on the same events, the edge computation the ``graph_snapshot`` asset
 runs: read the events, keep ``ts < T``, add each user's purchase-to-purchase transitions
 (``followed_by``, see :mod:`hir.graph.snapshot`), aggregate per ``(src, dst, event_type)`` into count,
 first and last time and decayed weight ``Σ 2^(-(T - ts)/half_life)``, and write them as Parquet.
 
-* **full**: :func:`hir.graph.snapshot.build_edge_state` — the very code of the asset — over a view of the
-  file, from the whole log; it also writes the sequence state and the day fingerprints.
+* **full**: :func:`hir.graph.snapshot.build_edge_state` — the very code of the asset — on a read-only
+  connection to the warehouse, from the whole log; it also writes the sequence state and the day
+  fingerprints.
 * **incremental**: the same function advancing the state at ``T - 1 day`` (built once, untimed)
   by the events of the last day: the daily refresh, which adds the day's edges as a delta part (see
   :mod:`hir.graph.snapshot`). Its state, parts merged, must equal the full one (edges with weights
   ``allclose``, sequence and day tables equal).
-* **pandas** runs what a user would write for the edges alone: ``read_parquet``, a boolean filter,
+* **pandas** runs what a user would write for the edges alone, from the Parquet log (pandas' fastest
+  reader; the warehouse holds the same rows): ``read_parquet``, a boolean filter,
   a sort and ``shift`` for the transitions, ``map`` for the half-lives, ``groupby(...).agg(...)``,
   ``to_parquet``. Its edges must equal the full state's (sorted; counts and times equal, weights
   ``allclose``). It is skipped above 10 M events (or with ``--no-pandas``).
@@ -109,27 +113,36 @@ def events_file(settings: Settings, events: int, seed: int) -> Path:
     return path
 
 
-def duckdb_state(events_path: Path, out_dir: Path, settings: Settings, cutoff: datetime = CUTOFF,
+def events_warehouse(settings: Settings, log: Path) -> Path:
+    """A warehouse beside ``log`` holding its events (in the log's time order) and their day
+    fingerprints, loaded once by the loader's :func:`hir.graph.warehouse.append_events` and reused."""
+    from hir.graph.warehouse import append_events, connect
+    from hir.storage import atomic_path
+
+    path = log.with_suffix(".duckdb")
+    if not path.exists():
+        _progress(f"loading {log.name} into the warehouse {path}")
+        with atomic_path(path) as tmp:
+            with connect(tmp) as con:
+                con.read_parquet(str(log)).create_view("log")
+                append_events(con, "log")
+                con.execute("DROP VIEW log")
+    return path
+
+
+def duckdb_state(warehouse: Path, out_dir: Path, settings: Settings, cutoff: datetime = CUTOFF,
                  states: Sequence[Path] = ()) -> str:
-    """The asset's edge state (:func:`hir.graph.snapshot.build_edge_state`) over the Parquet log, written
+    """The asset's edge state (:func:`hir.graph.snapshot.build_edge_state`) from ``warehouse``, written
     into ``out_dir``: a full rebuild, or an increment from one of ``states``.
 
     Returns the build mode (``"full"`` or ``"incremental"``).
     """
-    import duckdb
-
     from hir.graph.snapshot import build_edge_state, configure
+    from hir.graph.warehouse import connect
 
-    con = duckdb.connect()
-    try:
-        con.execute("SET TimeZone = 'UTC'")
+    with connect(warehouse, read_only=True) as con:
         configure(con, settings)
-        con.read_parquet(str(events_path)).create_view("events")
-        con.execute("CREATE TABLE relations (src BIGINT, dst BIGINT, relation VARCHAR, valid_from TIMESTAMPTZ)")
-        provenance = build_edge_state(con, cutoff, settings, out_dir, states)
-    finally:
-        con.close()
-    return provenance.mode
+        return build_edge_state(con, cutoff, settings, out_dir, states).mode
 
 
 def pandas_edges(events_path: Path, out_path: Path, settings: Settings) -> None:
@@ -254,15 +267,16 @@ def run(args: argparse.Namespace, settings: Settings) -> dict:
     if args.events < 1 or args.repeat < 1:
         raise SettingsError(f"--events ({args.events}) and --repeat ({args.repeat}) must be at least 1")
     path = events_file(settings, args.events, args.seed)
+    warehouse = events_warehouse(settings, path)
     with_pandas = not args.no_pandas and args.events <= PANDAS_MAX_EVENTS
     best = {name: (float("inf"), float("inf")) for name in ("full", "incremental", "pandas")}
     peak = 0.0
     with tempfile.TemporaryDirectory(prefix="hir-bench-snapshot-", dir=settings.data_home) as tmp:
         out = {name: Path(tmp) / name for name in ("base", "full", "incremental")}
-        duckdb_state(path, out["base"], settings, CUTOFF - timedelta(days=1))  # yesterday's state, untimed
+        duckdb_state(warehouse, out["base"], settings, CUTOFF - timedelta(days=1))  # yesterday's state, untimed
         sides = {
-            "full": lambda: duckdb_state(path, out["full"], settings),
-            "incremental": lambda: duckdb_state(path, out["incremental"], settings, states=[out["base"]]),
+            "full": lambda: duckdb_state(warehouse, out["full"], settings),
+            "incremental": lambda: duckdb_state(warehouse, out["incremental"], settings, states=[out["base"]]),
             "pandas": lambda: pandas_edges(path, Path(tmp) / "pandas.parquet", settings),
         }
         for i in range(args.repeat):
