@@ -486,14 +486,17 @@ def test_writing_a_state_again_in_its_folder_leaves_the_linked_base_alone(tiny, 
     base.mkdir(), inc.mkdir()
     with connect(tiny, read_only=True) as con:
         build_snapshot(con, DAY0 + timedelta(days=3), settings, base)
-        before = pq.read_table(base / STATE_DIR / "edges.parquet")
+        before = {name: pq.read_table(base / STATE_DIR / name) for name in ("edges.parquet", "sequences.parquet")}
         for _ in range(2):  # a rerun finds the links of the first run in place
             build_snapshot(con, DAY0 + timedelta(days=4), settings, inc, states=[base / STATE_DIR])
             assert _state_parts(inc) == ["edges.parquet", "edges-1.parquet"]
+            assert read_json(inc / STATE_DIR / "state.json")["sequence_parts"] == ["sequences.parquet", "sequences-1.parquet"]
         build_snapshot(con, DAY0 + timedelta(days=4), Settings.from_mapping({}, threads=1, snapshot_incremental=False), inc)
         assert _state_parts(inc) == ["edges.parquet"] and not (inc / STATE_DIR / "edges-1.parquet").exists()
-        assert not (inc / STATE_DIR / "edges.parquet").samefile(base / STATE_DIR / "edges.parquet")
-    assert pq.read_table(base / STATE_DIR / "edges.parquet").equals(before)
+        assert not (inc / STATE_DIR / "sequences-1.parquet").exists()
+        for name in before:
+            assert not (inc / STATE_DIR / name).samefile(base / STATE_DIR / name)
+    assert all(pq.read_table(base / STATE_DIR / name).equals(table) for name, table in before.items())
 
 
 @pytest.mark.parametrize("change", ["ts", "dst"])

@@ -85,8 +85,9 @@ from hir.storage import (
 ACTIVITY_DAYS = 7
 FOLLOWED_BY = "followed_by"  # the edge type of sequence transitions
 STATE_DIR = "state"  # the edge state inside a snapshot folder (see build_edge_state)
-STATE_FILES = ("sequences.parquet", "days.parquet", "state.json")  # and its edge parts (state.json)
+STATE_FILES = ("days.parquet", "state.json")  # and its edge and sequence parts (state.json)
 BASE_PART = "edges.parquet"  # the edge part of a full rebuild or a compaction
+BASE_SEQUENCES = "sequences.parquet"  # the sequence part of a full rebuild or a compaction
 # A state with this many edge parts is compacted by the next step: merging the parts costs the
 # snapshot a GROUP BY over all of them, a compaction costs the step one rewrite of the edge state.
 COMPACT_PARTS = 7
@@ -243,7 +244,18 @@ FROM ({STATE_EDGES}) a
 FULL JOIN ({STEP_EDGES}) b USING (src, dst, edge_type_id)
 """
 
-# Each user's last item per sequence event type before the cut-off (by ts, then dst).
+# Each user's last item per sequence event type in a stored state (by ts, then dst): the newest
+# over its sequence parts. {users} narrows them (to the users and types of the window's sequence events).
+STATE_SEQUENCES = """
+SELECT src, event_type, last.dst AS dst, last.ts AS ts
+FROM (SELECT src, event_type, max({{'ts': ts, 'dst': dst}}) AS last
+      FROM read_parquet($sequence_parts) {users}
+      GROUP BY src, event_type)
+"""
+
+# Each user's last item per sequence event type before the cut-off (by ts, then dst), over the
+# window's sequence events and the base's last items (snap_prev_sequences): all users for a base
+# part, only the window's for a delta part (a sequence part per increment, like the edges).
 STEP_SEQUENCES = """
 SELECT src, event_type, last.dst AS dst, last.ts AS ts
 FROM (SELECT src, event_type, max({'ts': ts, 'dst': dst}) AS last
@@ -394,6 +406,7 @@ class EdgeState:
     cutoff: datetime
     reference: datetime  # the time the stored weights are as of
     edge_parts: list[str]  # the edge files in the folder, base part first
+    sequence_parts: list[str]  # the sequence files in the folder, base part first
     edge_types: list[str]  # by state type id
     half_life_days: dict[str, float]
     sequence_events: list[str]
@@ -525,13 +538,15 @@ def read_state(folder: str | Path) -> EdgeState | None:
         return None
     meta = read_json(folder / "state.json")
     parts = meta.get("edge_parts")  # None: a state from before edge parts, rebuilt
-    if parts is None or not all((folder / name).is_file() for name in parts):
+    sequence_parts = meta.get("sequence_parts", [BASE_SEQUENCES])
+    if parts is None or not all((folder / name).is_file() for name in [*parts, *sequence_parts]):
         return None
     return EdgeState(
         folder=folder,
         cutoff=datetime.fromisoformat(meta["cutoff_iso"]),
         reference=datetime.fromisoformat(meta["reference_iso"]),
         edge_parts=list(parts),
+        sequence_parts=list(sequence_parts),
         edge_types=list(meta["edge_types"]),
         half_life_days={k: float(v) for k, v in meta["half_life_days"].items()},
         sequence_events=list(meta["sequence_events"]),
@@ -605,9 +620,11 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
       first_ts, last_ts, weight`` — event and transition edges (no relations) in entity ids, the weight
       as of the reference time; a key can be in several parts, and several times in a delta part
       (:data:`STATE_EDGES` merges them);
-    * ``sequences.parquet``: ``src, event_type, dst, ts`` — each user's last item per sequence type;
+    * the sequence parts (``sequences.parquet``, then ``sequences-1.parquet`` …): ``src, event_type, dst,
+      ts`` — each user's last item per sequence type, a delta part holding the window's users only
+      (:data:`STATE_SEQUENCES` takes the newest);
     * ``days.parquet``: ``day, events, checksum`` — per UTC day before the cut-off (days since 1970);
-    * ``state.json``: the cut-off, the reference time, the edge parts, the edge types by id with their
+    * ``state.json``: the cut-off, the reference time, the edge and sequence parts, the edge types by id with their
       half-lives, the sequence event types and the day checksum.
 
     Leaves the temp table ``snap_edge_types``. The folder is meant to lie inside a partition written
@@ -622,8 +639,8 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.glob("edges*.parquet"):  # a state written here before: its parts may be links into
-        old.unlink()                          # another state, which writing over them would change
+    for old in [*folder.glob("edges*.parquet"), *folder.glob("sequences*.parquet")]:  # a state written here
+        old.unlink()  # before: its parts may be links into another state, which writing over them would change
     try:
         prepare_event_days(con, settings)
         prepare_edge_types(con, settings)
@@ -631,6 +648,7 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
         append = base is not None and _appendable(con, base, cutoff)
         reference = base.reference if append else cutoff
         parts = [*base.edge_parts, f"edges-{len(base.edge_parts)}.parquet"] if append else [BASE_PART]
+        sequence_parts = [*base.sequence_parts, f"sequences-{len(base.sequence_parts)}.parquet"] if append else [BASE_SEQUENCES]
         values = {
             "cutoff": cutoff,
             "reference": reference,
@@ -639,13 +657,13 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
             **(_state_values(base) if base else {}),
             **_days_before(cutoff),
         }
-        _load_previous(con, base)
-        if append:
-            for name in base.edge_parts:
-                _link(base.folder / name, folder / name)
         con.execute(f"CREATE OR REPLACE TEMP TABLE snap_fresh_sequences AS {FRESH_SEQUENCES}", _bind(FRESH_SEQUENCES, values))
+        _load_previous(con, base, append)
+        if append:
+            for name in [*base.edge_parts, *base.sequence_parts]:
+                _link(base.folder / name, folder / name)
         edges = STEP_ROWS if append else ADVANCED_EDGES if base else STEP_EDGES
-        for query, name in ((edges, parts[-1]), (STEP_SEQUENCES, "sequences.parquet"), (DAYS_BEFORE, "days.parquet")):
+        for query, name in ((edges, parts[-1]), (STEP_SEQUENCES, sequence_parts[-1]), (DAYS_BEFORE, "days.parquet")):
             con.execute(f"COPY ({query}) TO $path {STATE_FORMAT}", {**_bind(query, values), "path": str(folder / name)})
     finally:
         drop_event_days(con)
@@ -656,6 +674,7 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
         "cutoff_iso": cutoff.isoformat(),
         "reference_iso": reference.isoformat(),
         "edge_parts": parts,
+        "sequence_parts": sequence_parts,
         "edge_types": [name for name, _ in types],
         "half_life_days": dict(types),
         "sequence_events": settings.sequence_event_types,
@@ -683,13 +702,15 @@ def _link(source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
 
 
-def _load_previous(con: duckdb.DuckDBPyConnection, base: EdgeState | None) -> None:
-    """``snap_prev_sequences`` of ``base`` (empty without one), and its ``snap_state_types`` mapped to
-    the current type ids."""
+def _load_previous(con: duckdb.DuckDBPyConnection, base: EdgeState | None, window_users: bool) -> None:
+    """``snap_prev_sequences`` of ``base`` (empty without one; with ``window_users``, only the users and
+    types of ``snap_fresh_sequences``), and its ``snap_state_types`` mapped to the current type ids."""
     con.execute("CREATE OR REPLACE TEMP TABLE snap_prev_sequences (src BIGINT, event_type VARCHAR, dst BIGINT, ts TIMESTAMPTZ)")
     if base is None:
         return
-    con.execute("INSERT INTO snap_prev_sequences SELECT src, event_type, dst, ts FROM read_parquet(?)", [str(base.folder / "sequences.parquet")])
+    users = "SEMI JOIN snap_fresh_sequences USING (src, event_type)" if window_users else ""
+    con.execute(f"INSERT INTO snap_prev_sequences {STATE_SEQUENCES.format(users=users)}",
+                {"sequence_parts": [str(base.folder / name) for name in base.sequence_parts]})
     _load_state_types(con, base, dict(con.execute("SELECT edge_type, edge_type_id FROM snap_edge_types").fetchall()))
 
 
