@@ -3,10 +3,12 @@ engagement re-ranking, the starting tables of hir_seq and its controls, and whic
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
-from hir.evaluation.protocols import leave_last_out
+from hir.evaluation.protocols import Split, leave_last_out
 from hir.evaluation.scorers import (
     HEADLINE_RULE,
     HEADLINE_SCORER,
@@ -20,6 +22,7 @@ from hir.evaluation.scorers import (
     sasrec_config,
     sequence_family,
     text_start,
+    tuning_queries,
 )
 from hir.models.baselines.als import ALSScorer
 from hir.models.baselines.base import Interactions, Queries
@@ -70,18 +73,20 @@ def _popular_decoy():
 
 def test_the_validated_temperature_trusts_an_embedding_that_ranks_validation_above_the_prior():
     train, validation, towards, items = _popular_decoy()
-    scorer = PriorCorrectedScorer(towards[1], items, 0.5, validation_vectors=(towards[1], items)).fit(train, validation)
+    scorer = PriorCorrectedScorer(towards[1], items, 0.5, validation_vectors=(towards[1], items),
+                                  validation_queries=validation).fit(train, validation)
     # cos 1 against the decoy's log(21) − log(2) = 2.35 of prior: T < 0.43 puts item 1 first
     assert scorer.temperature == pytest.approx(0.5 * 0.7071) and scorer.fit_report == {"temperature": scorer.temperature}
     assert int(scorer.score(np.array([0]), train).argmax()) == 1
-    kept = PriorCorrectedScorer(towards[1], items, 0.5).fit(train, validation)  # no validation vectors: T stays
+    kept = PriorCorrectedScorer(towards[1], items, 0.5).fit(train, validation)  # nothing to tune on: T stays
     assert kept.temperature == 0.5 and kept.fit_report == {"temperature": 0.5}
 
 
 def test_the_validated_temperature_is_chosen_with_the_validation_vectors_not_the_serving_ones():
     train, validation, towards, items = _popular_decoy()
     # serving vectors that have seen the validation item point at it; the unseen ones point at item 2
-    scorer = PriorCorrectedScorer(towards[1], items, 0.5, validation_vectors=(towards[2], items)).fit(train, validation)
+    scorer = PriorCorrectedScorer(towards[1], items, 0.5, validation_vectors=(towards[2], items),
+                                  validation_queries=validation).fit(train, validation)
     assert scorer.temperature >= 0.5
     assert sorted(TEMPERATURE_SCALES) == list(TEMPERATURE_SCALES) and min(TEMPERATURE_SCALES) < 1 < max(TEMPERATURE_SCALES)
 
@@ -93,7 +98,17 @@ def test_a_bag_scorer_validates_its_temperature_only_when_asked():
     bags = sp.csr_matrix(np.eye(3))
     users = sp.csr_matrix(np.array([[0.0, 1.0, 0.0], [0.0, 1.0, 0.0]]))
     assert BagScorer(users, bags, 0.5).fit(train, validation).temperature == 0.5
-    assert BagScorer(users, bags, 0.5, validate=True).fit(train, validation).temperature < 0.43
+    assert BagScorer(users, bags, 0.5, validation_queries=validation).fit(train, validation).temperature < 0.43
+
+
+def test_the_temperature_is_tuned_on_the_queries_given_not_on_the_fit_validation():
+    """On a temporal split the fit's validation queries lie inside the embeddings' history; the
+    window after the cut-off is what the temperature is chosen on."""
+    train, validation, towards, items = _popular_decoy()
+    elsewhere = Queries(np.array([0]), pad_targets(np.array([0])), train)  # the window's target: the popular item
+    scorer = PriorCorrectedScorer(towards[1], items, 0.5, validation_vectors=(towards[1], items),
+                                  validation_queries=elsewhere).fit(train, validation)
+    assert scorer.temperature >= 0.5  # the prior is trusted, though the fit's validation wanted T < 0.43
 
 
 def test_prior_corrected_scorer_decays_popularity():
@@ -217,3 +232,13 @@ def test_sequence_family_without_hir_is_sasrec_alone_and_without_text_has_no_tex
     family_at, skipped = sequence_family(split, settings, seed=0, max_epochs=1, hir_items=np.ones((4, 8)))
     assert list(family_at(0)) == ["sasrec", "hir_seq", "sasrec_als"]
     assert skipped == {"sasrec_text": "the source has no item text"}
+
+
+def test_tuning_queries_follow_the_protocol():
+    history = Interactions([0], [0], [0.0], 1, 2)
+    validation = Queries(np.array([0]), pad_targets(np.array([1])), history)
+    window = Queries(np.array([0]), pad_targets(np.array([1])), history)
+    split = Split(history, validation, validation, np.array(["a", "b"]), np.array(["u"]), info={"protocol": "temporal"})
+    assert tuning_queries(split) is None  # the validation items lie before the cut-off: nothing to tune on
+    assert tuning_queries(dataclasses.replace(split, window_validation=window)) is window
+    assert tuning_queries(dataclasses.replace(split, info={"protocol": "leave_last_out"})) is validation

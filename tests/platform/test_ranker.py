@@ -89,6 +89,7 @@ def test_partition_split_tests_on_the_test_window_only(settings):
     from datetime import datetime, timezone
 
     from hir.evaluation.data import partition_split
+    from hir.evaluation.scorers import tuning_queries
     from hir.graph.warehouse import connect
 
     cutoff = datetime(2026, 1, 3, tzinfo=timezone.utc)
@@ -97,10 +98,16 @@ def test_partition_split_tests_on_the_test_window_only(settings):
                                                                    (11, "product", "p2"), (12, "product", "p3")])
         con.executemany("INSERT INTO events (src, dst, event_type, ts, value) VALUES (?, ?, 'like', ?, 1.0)", [
             (1, 10, datetime(2026, 1, 1, tzinfo=timezone.utc)), (2, 10, datetime(2026, 1, 2, tzinfo=timezone.utc)),
-            (1, 11, datetime(2026, 1, 3, 5, tzinfo=timezone.utc)),  # validation window: left out
+            (1, 11, datetime(2026, 1, 3, 5, tzinfo=timezone.utc)),  # validation window: no scorer trains on it
             (2, 12, datetime(2026, 1, 4, 5, tzinfo=timezone.utc))])  # test window
     with connect(settings.warehouse_path, read_only=True) as con:
         split = partition_split(con, cutoff, settings)
     assert split.info["target_events"] == ["like"], "no purchases: the most frequent user event"
     assert len(split.test.users) == 1 and split.user_keys[split.test.users[0]] == "u2"
     assert split.item_keys[int(split.test.targets[0, 0])] == "p3" and split.info["cold_start_queries"] == 1
+    assert split.train.n_items == 3 and sorted(split.test.history.items.tolist()) == [0, 0]  # p1 twice: before T only
+    # the validation window's event is the window validation query, with the same history as the test
+    window = split.window_validation
+    assert split.user_keys[window.users].tolist() == ["u1"] and split.item_keys[int(window.targets[0, 0])] == "p2"
+    assert window.history is split.test.history and tuning_queries(split) is window
+

@@ -3,8 +3,9 @@
 * :func:`read_events` — warehouse events with their endpoints' types and source keys.
 * :func:`partition_split` — the temporal split of partition ``D`` (cut-off ``T``): scorers train on
   events before ``T`` and are tested on the target events of the test window
-  ``[T + val_days, T + val_days + test_days)`` (the validation window is left out, as in
-  ``eval_windows``). Targets: :data:`TARGETS` by source kind, else purchases; a source with none
+  ``[T + val_days, T + val_days + test_days)``; the target events of the validation window
+  ``[T, T + val_days)`` are the split's ``window_validation`` (hir's scorers choose their
+  temperature there), and no scorer trains on them. Targets: :data:`TARGETS` by source kind, else purchases; a source with none
   of its target events predicts its most frequent user event.
 * the artefacts hir's scorers (:mod:`hir.evaluation.scorers`) are built from: entity embeddings,
   token bags and their vocabulary, the encoder's InfoNCE temperature and its engagement head.
@@ -26,6 +27,7 @@ from hir.evaluation.protocols import (
     Split,
     TemporalTarget,
     temporal_split,
+    window_queries,
 )
 from hir.graph.snapshot import window_bounds
 from hir.settings import Settings
@@ -70,6 +72,8 @@ def partition_split(con, cutoff: datetime, settings: Settings) -> Split:
     split = temporal_split(events[keep].reset_index(drop=True), entities, content, target,
                            settings.test_days, cutoff=cutoff.timestamp())
     split.info["test_window"] = [bounds["test_start"].isoformat(), bounds["test_end"].isoformat()]
+    split.window_validation = window_queries(split, events[~keep], target)
+    split.info["window_validation_queries"] = len(split.window_validation.users)
     return split
 
 

@@ -42,6 +42,9 @@ class Split:
         validation: queries for early stopping (history = ``train``).
         test: the reported queries.
         slices: further named subsets of the test queries (e.g. ``cold_start``).
+        window_validation: on a temporal split with a validation window between the cut-off and the
+            test window, the target events of that window as queries (history: everything before
+            the cut-off, as the test's), seen by nothing fitted at the cut-off; ``None`` without one.
         item_keys: source key of each item index; user_keys likewise.
         item_text: text of each item index (``None`` where it has none), or ``None`` when the
             source has no item text at all.
@@ -56,6 +59,7 @@ class Split:
     item_text: list[str | None] | None = None
     slices: dict[str, Queries] = field(default_factory=dict)
     info: dict = field(default_factory=dict)
+    window_validation: Queries | None = None
 
 
 def _csr(rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -208,6 +212,26 @@ def temporal_split(events: pd.DataFrame, entities: pd.DataFrame, content: pd.Dat
             "train_interactions": len(history), "test_queries": len(test.users), "cold_start_queries": len(cold.users),
             "masking": "items seen before the cut-off" if target.mask_seen else "none"}
     return Split(train, validation, test, item_keys, user_keys, item_text, {"cold_start": cold}, info)
+
+
+def window_queries(split: Split, events: pd.DataFrame, target: TemporalTarget) -> Queries:
+    """The target events of ``events`` (a window after ``split``'s cut-off) as queries over ``split``'s
+    users and items (pairs with a user or item it does not know are left out), with the history of
+    its test queries.
+
+    Args:
+        split: a temporal split; events: ``src_type, src_key, dst_type, dst_key, event_type, value``;
+        target: what counts as a target event.
+    """
+    ev = events[(events["src_type"] == "user") & (events["dst_type"] == split.info["item_type"])
+                & events["event_type"].isin(target.event_types)]
+    if target.min_value is not None:
+        ev = ev[ev["value"].astype(float) >= target.min_value]
+    users = pd.Index(split.user_keys).get_indexer(ev["src_key"].astype(str))
+    items = pd.Index(split.item_keys).get_indexer(ev["dst_key"].astype(str))
+    known = (users >= 0) & (items >= 0)
+    pairs = pd.DataFrame({"u": users[known], "i": items[known]}).drop_duplicates()
+    return _window_queries(pairs, split.test.history, target.mask_seen)
 
 
 def _hold_out_last(history: Interactions) -> tuple[Interactions, Queries]:

@@ -10,11 +10,11 @@ hir's scorers on a split:
   baseline's history does), cosine over a temperature plus the item's log prior
   (:class:`PriorCorrectedScorer`, the prior the training softmax added); the temperature — how much
   the embedding weighs against the prior — is the encoder's, rescaled to whichever of
-  :data:`TEMPERATURE_SCALES` ranks the validation queries best with the cut-off embeddings
-  (:func:`validated_temperature`) where those have not seen the validation items (leave-last-out,
-  whose validation window follows the cut-off; on a temporal split the validation items are each
-  user's last ones before the cut-off, inside the embeddings' history, so ``T`` stays); the
-  report gives the temperature used;
+  :data:`TEMPERATURE_SCALES` ranks best, with the cut-off embeddings, queries those have not seen
+  (:func:`tuning_queries`, :func:`validated_temperature`): on leave-last-out the validation
+  queries (their window follows the cut-off), on a temporal split the validation window's target
+  events (its own validation items are each user's last ones before the cut-off, inside the
+  embeddings' history); the report gives the temperature used;
 * ``hir_at_cutoff`` — where those differ, the same encoder's embeddings at the cut-off ``T``: the
   control that shows what the serving-time refresh adds;
 * ``hir_recent`` — the same with the user's last items' embeddings as the query;
@@ -112,9 +112,9 @@ class PriorCorrectedScorer(Scorer):
     co-occurrence baseline weighs them): the embedding of a session that moved on after the cut-off.
     A user without history keeps its own embedding.
 
-    With ``validation_vectors`` (embeddings that have not seen the validation items: the cut-off ones
-    where the validation window follows the cut-off) :meth:`fit` rescales ``T`` by
-    :func:`validated_temperature`; ``fit_report`` gives the temperature used.
+    With ``validation_vectors`` and ``validation_queries`` (queries those embeddings have not seen:
+    :func:`tuning_queries`) :meth:`fit` rescales ``T`` by :func:`validated_temperature`;
+    ``fit_report`` gives the temperature used.
 
     Args:
         user_vectors: ``[n_users, d]``; item_vectors: ``[n_items, d]`` (normalised here).
@@ -122,29 +122,30 @@ class PriorCorrectedScorer(Scorer):
         half_life: popularity decay in the unit of ``Interactions.times``; ``None`` counts events.
         name: the scorer's name in reports.
         recent_weights: weights of the user's most recent items, or ``None`` for the user's embedding.
-        validation_vectors: ``(user_vectors, item_vectors)`` for the validation queries, or ``None``
-            to keep ``T``.
+        validation_vectors: ``(user_vectors, item_vectors)`` that score ``validation_queries``;
+        validation_queries: the queries ``T`` is chosen on, or ``None`` to keep ``T``.
     """
 
     name = "prior_corrected"
 
     def __init__(self, user_vectors, item_vectors, temperature: float, half_life: float | None = None,
-                 name: str | None = None, recent_weights=None, validation_vectors=None):
+                 name: str | None = None, recent_weights=None, validation_vectors=None, validation_queries=None):
         self.user_vectors, self.item_vectors = _unit(user_vectors), _unit(item_vectors)
         self.temperature, self.half_life = temperature, half_life
         self.name = name or self.name
         self.recent_weights = None if recent_weights is None else torch.as_tensor(recent_weights, dtype=torch.float32)
-        self.validation_vectors = validation_vectors
+        self.validation_vectors, self.validation_queries = validation_vectors, validation_queries
         self.log_prior = torch.zeros(len(self.item_vectors))
         self.fit_report = {"temperature": temperature}
 
     def fit(self, train, validation=None):
         popularity = PopularityScorer(self.half_life).fit(train).item_scores
         self.log_prior = torch.log1p(popularity)
-        if self.validation_vectors is not None and validation is not None and len(validation.users):
+        tuning = self.validation_queries
+        if self.validation_vectors is not None and tuning is not None and len(tuning.users):
             probe = copy.copy(self)
             probe.user_vectors, probe.item_vectors = (_unit(v) for v in self.validation_vectors)
-            self.temperature = validated_temperature(probe, validation)
+            self.temperature = validated_temperature(probe, tuning)
             self.fit_report = {"temperature": self.temperature}
         return self
 
@@ -169,36 +170,46 @@ class BagScorer(Scorer):
     over the bags' temperature ``τ``, plus the same item log prior as :class:`PriorCorrectedScorer`.
     ``τ`` is the one stored with the bags (fitted to the embedding's scale).
 
-    With ``validate`` (the bags, made at the cut-off, have not seen the validation items) :meth:`fit`
-    rescales ``τ`` on the validation queries as :class:`PriorCorrectedScorer` does
+    With ``validation_queries`` (queries the bags, made at the cut-off, have not seen:
+    :func:`tuning_queries`) :meth:`fit` rescales ``τ`` on them as :class:`PriorCorrectedScorer` does
     (:func:`validated_temperature`); ``fit_report`` gives the temperature used.
 
     Args:
         user_bags: ``[n_users, T]`` scipy CSR; item_bags: ``[n_items, T]`` (empty rows where none).
         temperature: ``τ``. half_life: popularity decay as for :class:`PriorCorrectedScorer`.
-        name: the scorer's name in reports. validate: choose ``τ`` on the validation queries.
+        name: the scorer's name in reports. validation_queries: the queries ``τ`` is chosen on, or ``None``.
     """
 
     name = "bag"
 
     def __init__(self, user_bags, item_bags, temperature: float, half_life: float | None = None, name: str | None = None,
-                 validate: bool = False):
+                 validation_queries=None):
         self.user_bags, self.item_bags_t = user_bags.tocsr(), item_bags.T.tocsc()
-        self.temperature, self.half_life, self.validate = temperature, half_life, validate
+        self.temperature, self.half_life, self.validation_queries = temperature, half_life, validation_queries
         self.name = name or self.name
         self.log_prior = torch.zeros(item_bags.shape[0])
         self.fit_report = {"temperature": temperature}
 
     def fit(self, train, validation=None):
         self.log_prior = torch.log1p(PopularityScorer(self.half_life).fit(train).item_scores)
-        if self.validate and validation is not None and len(validation.users):
-            self.temperature = validated_temperature(self, validation)
+        if self.validation_queries is not None and len(self.validation_queries.users):
+            self.temperature = validated_temperature(self, self.validation_queries)
             self.fit_report = {"temperature": self.temperature}
         return self
 
     def score(self, users, history):
         overlap = (self.user_bags[np.asarray(users)] @ self.item_bags_t).toarray()
         return torch.from_numpy(overlap.astype(np.float32)) / self.temperature + self.log_prior
+
+
+def tuning_queries(split: Split):
+    """The queries hir's scorers choose their temperature on, scored with the cut-off embeddings
+    (which have seen none of them): the validation window's on a temporal split
+    (``Split.window_validation``), the validation queries where they follow the cut-off
+    (leave-last-out), else ``None`` (the encoder's temperature stays)."""
+    if split.window_validation is not None and len(split.window_validation.users):
+        return split.window_validation
+    return split.validation if validation_follows_cutoff(split) else None
 
 
 def validated_temperature(scorer: Scorer, validation) -> float:
@@ -516,16 +527,15 @@ def hir_factories(split: Split, artifacts: Artifacts, partition: str, settings: 
         serving = scoring_embeddings(split, artifacts, partition, settings)
         # the embeddings in the split's row order (zero rows for users and items without one)
         at_cutoff = aligned_vectors(mapped, embeddings_path, item_type)
-        # the cut-off embeddings score the validation queries (to choose the temperature) where they are unseen
-        validation = at_cutoff if validation_follows_cutoff(split) else None
+        tuning = tuning_queries(split)  # scored with the cut-off embeddings, which have not seen them
         if serving != embeddings_path:  # the control: the same encoder's embeddings as of the cut-off
             factories["hir_at_cutoff"] = lambda: PriorCorrectedScorer(*at_cutoff, temperature, half_life, "hir_at_cutoff",
-                                                                      validation_vectors=validation)
+                                                                      validation_vectors=at_cutoff, validation_queries=tuning)
         users, items = aligned_vectors(mapped, serving, item_type)
         plain = EmbeddingScorer(users, items, name="hir_no_prior")
 
         def corrected(name: str, recent_weights=None) -> Callable[[], PriorCorrectedScorer]:
-            return lambda: PriorCorrectedScorer(users, items, temperature, half_life, name, recent_weights, validation)
+            return lambda: PriorCorrectedScorer(users, items, temperature, half_life, name, recent_weights, at_cutoff, tuning)
 
         factories["hir"] = corrected("hir")
         factories["hir_recent"] = corrected("hir_recent", RECENT_WEIGHTS)
@@ -543,7 +553,7 @@ def hir_factories(split: Split, artifacts: Artifacts, partition: str, settings: 
             factories["hir_bom"] = lambda: BagScorer(aligned_bags(u_keys, u_bag, mapped.user_keys),
                                                      aligned_bags(i_keys, i_bag, mapped.item_keys),
                                                      bag_temperature(tokens_path), popularity_half_life(split, settings),
-                                                     "hir_bom", validate=validation_follows_cutoff(split))
+                                                     "hir_bom", validation_queries=tuning_queries(split))
     return factories
 
 
