@@ -467,17 +467,15 @@ def configure(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
     con.execute("SET preserve_insertion_order = false")
 
 
-def prepare_event_days(con: duckdb.DuckDBPyConnection, settings: Settings) -> str:
+def prepare_event_days(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
     """``snap_event_days(day, event_type, events, checksum)``: the warehouse's day fingerprints
     (``event_days``, kept by the loader) where they account for every event, else computed from a
     scan of the whole log, as always with ``settings.snapshot_scan_days`` (which also sees an event
-    edited in place outside the loader). Returns where they came from: ``"warehouse"`` or ``"scan"``.
-    """
+    edited in place outside the loader)."""
     if not settings.snapshot_scan_days and event_days_complete(con):
         con.execute("CREATE OR REPLACE TEMP TABLE snap_event_days AS SELECT * FROM event_days")
-        return "warehouse"
-    con.execute(f"CREATE OR REPLACE TEMP TABLE snap_event_days AS {EVENT_DAYS_OF.format(table='events')}")
-    return "scan"
+    else:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE snap_event_days AS {EVENT_DAYS_OF.format(table='events')}")
 
 
 def drop_event_days(con: duckdb.DuckDBPyConnection) -> None:
