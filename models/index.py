@@ -215,7 +215,10 @@ class InvertedIndex:
         """NumPy views of the postings (cached): the re-rank path runs a handful of small array
         operations per query, where NumPy's per-call cost is a fraction of torch's."""
         if self._numpy is None:
-            self._numpy = {"tokens": self.tokens.numpy(), "offsets": self.offsets.numpy(), "rows": self.rows.numpy()}
+            # the tokens end with a sentinel above every id, so a binary search never runs off the end
+            sentinel = np.iinfo(np.int64).max
+            self._numpy = {"tokens": np.append(self.tokens.numpy(), sentinel), "offsets": self.offsets.numpy(),
+                           "rows": self.rows.numpy()}
         return self._numpy
 
     def _gathered_lists(self, tokens: torch.Tensor, weights: torch.Tensor, budget: int) -> tuple[np.ndarray, np.ndarray]:
@@ -229,18 +232,20 @@ class InvertedIndex:
             gathered, _ = self._plan(tokens, weights, budget)
             spans = np.asarray([span[:2] for span in gathered], dtype=np.int64).reshape(-1, 2)
             return spans[:, 0], spans[:, 1]
-        wanted = tokens.numpy()
-        slot = np.searchsorted(arrays["tokens"], wanted).clip(0, max(arrays["tokens"].size - 1, 0))
-        slot = slot[arrays["tokens"][slot] == wanted] if arrays["tokens"].size else slot[:0]
+        # in token order, so that a nested finest token's lists follow row order
+        wanted = np.sort(tokens.numpy())
+        slot = np.searchsorted(arrays["tokens"], wanted)
+        slot = slot[arrays["tokens"][slot] == wanted]
         return arrays["offsets"][slot], arrays["offsets"][slot + 1]
 
     def _rerank_all(self, start, end, k, entity_type, query_vector, vectors) -> tuple[torch.Tensor, torch.Tensor]:
         """Rank the rows of every gathered posting by embedding score ``⟨u, v_e⟩``; the best ``k``.
 
-        The gathered postings are the lists' position ranges laid end to end (:func:`_ranges`). When the lists are pairwise disjoint runs of consecutive rows ``r₀ … r₀ + n − 1`` holding on
-        average at least :data:`RUN_ROWS` rows — an IVF layout, the rows stored in list order — each
-        list is multiplied in place, ``vectors[r₀ : r₀ + n] · u``, and no row repeats. Otherwise the
-        rows are gathered into one matrix product; as a row occurs at most once per list, the best
+        When the lists are pairwise disjoint runs of consecutive rows ``r₀ … r₀ + n − 1`` (an IVF
+        layout, the rows stored in list order, as the finest nested token gives) no row repeats:
+        lists holding on average at least :data:`RUN_ROWS` rows are each multiplied in place,
+        ``vectors[r₀ : r₀ + n] · u``, shorter ones gathered into one matrix product. Otherwise the
+        postings' rows are gathered; as a row occurs at most once per list, the best
         ``k × lists`` postings then hold at least ``k`` distinct rows and only those are
         de-duplicated (each row keeps its first, best, place).
         """
@@ -248,31 +253,30 @@ class InvertedIndex:
         query = query_vector.to(vectors.dtype).numpy()
         length = end - start
         first_row, last_row = arrays["rows"][start], arrays["rows"][end - 1]
-        order = np.argsort(first_row)
-        runs = (
-            start.size > 0
-            and bool(np.all(last_row - first_row == length - 1))
-            and bool(np.all(first_row[order][1:] >= first_row[order][:-1] + length[order][:-1]))
-            and int(length.sum()) >= RUN_ROWS * start.size
-        )
-        if runs:
+        # array methods, not np.all & co: a query runs a few dozen small operations, their call cost counts
+        runs = start.size > 0 and bool((last_row - first_row == length - 1).all())
+        if runs and not bool((first_row[1:] > last_row[:-1]).all()):
+            order = np.argsort(first_row)
+            first_row, last_row, length = first_row[order], last_row[order], length[order]
+            runs = bool((first_row[1:] > last_row[:-1]).all())
+        if runs and int(length.sum()) >= RUN_ROWS * start.size:
             rows = _ranges(first_row, length)
             dots = np.concatenate([matrix[r:r + n] @ query for r, n in zip(first_row.tolist(), length.tolist())])
         else:
-            rows = arrays["rows"][_ranges(start, length)]
-            dots = matrix[rows] @ query
+            rows = _ranges(first_row, length) if runs else arrays["rows"][_ranges(start, length)]
+            dots = np.take(matrix, rows, axis=0) @ query
         if entity_type is not None:
             wanted = self.type_mask(entity_type).numpy()[rows]
             rows, dots = rows[wanted], dots[wanted]
         keep = min(k if runs else k * max(start.size, 1), rows.size)
-        best = np.flatnonzero(dots >= np.partition(dots, rows.size - keep)[rows.size - keep]) if keep else rows[:0]
-        best = best[np.argsort(-dots[best], kind="stable")]
+        best = (-dots).argpartition(keep - 1)[:keep] if 0 < keep < rows.size else np.arange(keep)
+        best = best[(-dots[best]).argsort(kind="stable")]
         top, values = rows[best], dots[best]
         if not runs and start.size > 1:
             _, once = np.unique(top, return_index=True)
             once.sort()
             top, values = top[once], values[once]
-        return torch.from_numpy(top[:k].astype(np.int64)), torch.from_numpy(values[:k])
+        return torch.from_numpy(top[:k].astype(np.int64, copy=False)), torch.from_numpy(values[:k])
 
     def explain(self, tokens: torch.Tensor, weights: torch.Tensor, row: int) -> list[tuple[int, float]]:
         """The query tokens that match entity ``row`` with their contributions ``q_t · w(t, e)``, largest first."""

@@ -144,3 +144,23 @@ def test_rerank_over_ivf_runs_multiplies_each_list_in_place_and_equals_exact_sea
     best = (vectors[pool] @ query).topk(10)
     assert torch.equal(found, pool[best.indices])
     assert torch.allclose(scores, best.values)
+
+
+@pytest.mark.parametrize("reversed_tokens", [False, True])
+def test_rerank_over_short_disjoint_runs_gathers_them_once_and_equals_exact_search(reversed_tokens):
+    # finest nested tokens: a few consecutive rows per token (< RUN_ROWS, so the rows are gathered);
+    # with reversed token ids the lists do not follow row order and are put in it before the check
+    n, per_list = 600, 3
+    rows = torch.arange(n)
+    tokens = rows // per_list
+    if reversed_tokens:
+        tokens = tokens.max() - tokens
+    index = InvertedIndex.build(rows, tokens, torch.ones(n), rows + 1000, torch.zeros(n, dtype=torch.int64), ["item"])
+    vectors = torch.randn(n, 8, generator=torch.Generator().manual_seed(7))
+    query = torch.randn(8, generator=torch.Generator().manual_seed(8))
+    q_tokens = torch.randperm(int(tokens.max()) + 1, generator=torch.Generator().manual_seed(9))[:40]
+    found, scores = index.search(q_tokens, torch.ones(40), 25, query_vector=query, vectors=vectors, candidates=10_000)
+    pool = torch.nonzero(torch.isin(tokens, q_tokens)).squeeze(1)
+    best = (vectors[pool] @ query).topk(25)
+    assert torch.equal(found, pool[best.indices])
+    assert torch.allclose(scores, best.values)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from hir.cli.bench.retrieval import IVFPQ_SETTINGS, _fastest_at_recall
 from hir.cli.main import main
 
 
@@ -26,8 +27,19 @@ def test_bench_retrieval_reports_speed_and_recall(capsys):
             "--train", "1000", "--probes", "30", "--candidates", "600"]
     assert main(argv) == 0
     out = _json_line(capsys)
-    assert set(out) == {"items", "index_p50_ms", "exact_p50_ms", "faiss_ivfpq_p50_ms", "speedup_vs_exact",
-                        "recall_at_100_vs_exact", "faiss_ivfpq_recall_at_100"}
+    assert set(out) == {"items", "index_p50_ms", "exact_p50_ms", "speedup_vs_exact", "recall_at_100_vs_exact",
+                        "faiss_ivfpq_p50_ms", "faiss_ivfpq_recall_at_100", "faiss_ivfpq_nprobe", "faiss_ivfpq_refine",
+                        "faiss_ivfflat_p50_ms", "faiss_ivfflat_recall_at_100", "faiss_ivfflat_nprobe"}
     assert out["items"] == 3000
     # at most 600 of 3,000 items re-ranked: a candidate set no better than chance would find about 20% of the top 100
     assert 0.8 < out["recall_at_100_vs_exact"] <= 1.0
+    # FAISS is compared at the token index's recall: IVF-Flat probing up to 64 of ~219 lists reaches it here
+    assert out["faiss_ivfflat_recall_at_100"] >= out["recall_at_100_vs_exact"]
+    assert (out["faiss_ivfpq_nprobe"], out["faiss_ivfpq_refine"]) in IVFPQ_SETTINGS
+
+
+def test_faiss_setting_is_the_fastest_reaching_the_recall_else_the_most_accurate():
+    trials = [({"n": 1}, 0.1, 0.80), ({"n": 2}, 0.2, 0.96), ({"n": 3}, 0.15, 0.97), ({"n": 4}, 0.4, 0.99)]
+    assert _fastest_at_recall(trials, 0.95)[0] == {"n": 3}
+    assert _fastest_at_recall(trials, 0.995)[0] == {"n": 4}
+    assert _fastest_at_recall(trials, 0.5)[0] == {"n": 1}
