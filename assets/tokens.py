@@ -113,7 +113,9 @@ def bom_quantizer(context: dg.AssetExecutionContext, artifacts: ArtifactStore, t
         "a fine token implies its coarse one): a user's own tokens plus its strongest interests; an "
         "ad's, campaign's, advertiser's or product's own tokens plus the interests it serves. One "
         "weighting for every kind: idf × BM25-like saturation, unit norm; retrieval adds the item "
-        "log prior to overlap / τ. Metadata: recall of the bags against the embedding's own top 100."
+        "log prior to overlap / τ; a query (`hir retrieve`, hir_bom) probes the HIR_BOM_QUERY_PROBES finest "
+        "item tokens nearest its embedding. Metadata: recall of the own and query bags against the "
+        "embedding's own top 100."
     ),
 )
 def bom_tokens(context: dg.AssetExecutionContext, artifacts: ArtifactStore, hir_settings: SettingsResource):
@@ -133,7 +135,9 @@ def bom_tokens(context: dg.AssetExecutionContext, artifacts: ArtifactStore, hir_
         build_bags,
         codes_setting,
         engagement_matrix,
+        load_probe,
         log_prior,
+        query_temperature,
         read_codes,
         read_embeddings,
     )
@@ -150,17 +154,25 @@ def bom_tokens(context: dg.AssetExecutionContext, artifacts: ArtifactStore, hir_
     bags, token_of_column = build_bags(emb, tokens, engagement, settings)
     encoder_t = _encoder_temperature(artifacts, key)
     temperature = bag_temperature(vectors, bags, emb.entity_type, encoder_t)
+    probes = settings.bom_query_probes
+    probe = load_probe(artifacts.catalogue.quantizer_dir(key)) if probes > 0 else None
+    query_t = None if probe is None else query_temperature(probe, vectors, emb.entity_type, bags, token_of_column, encoder_t, probes)
     prior = log_prior(emb, engagement)
-    table = bags_table(emb, bags, token_of_column, cutoff_of(key), prior, temperature)
+    table = bags_table(emb, bags, token_of_column, cutoff_of(key), prior, temperature, query_t)
     with artifacts.write_partition("bom_tokens", key) as out:
         write_parquet(out / TOKENS_FILE, table)
     kept = dense_recall(vectors, bags, emb.entity_type, prior, temperature, encoder_t)
+    query_kept = {} if probe is None else dense_recall(
+        vectors, bags, emb.entity_type, prior, query_t, encoder_t,
+        query=lambda rows, kind: probe.matrix(vectors[rows], "user", kind, probes, token_of_column))
     return dg.MaterializeResult(metadata={
         "dagster/row_count": dg.MetadataValue.int(table.num_rows),
         "tokens_per_bag": dg.MetadataValue.float(float(bags.nnz / max(table.num_rows, 1))),
         "distinct_tokens": dg.MetadataValue.int(int((bags.getnnz(axis=0) > 0).sum())),
         "bag_temperature": dg.MetadataValue.float(temperature),
         "recall_of_dense_top100": dg.MetadataValue.json(kept),
+        **({} if query_t is None else {"query_temperature": dg.MetadataValue.float(query_t),
+                                       "query_recall_of_dense_top100": dg.MetadataValue.json(query_kept)}),
         "own_token_usage": dg.MetadataValue.md(_token_usage(tokens)),
         "preview": dg.MetadataValue.md(_bag_preview(table)),
         "path": dg.MetadataValue.path(str(artifacts.path("bom_tokens", key))),

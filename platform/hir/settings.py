@@ -165,6 +165,7 @@ class Settings:
     bom_own_weight: float = 1.0  # a of m = a·own + (1 − a)·interests; 1 = own tokens only (synthetic: hir_bom/hir 0.81 at 1.0, 0.76 at 0.3, 0.70 at 0.5)
     bom_tokens_per_level: int = 8  # tokens kept per level in a bag (largest weights)
     bom_rerank: int = 200  # candidates re-ranked by embedding score in `hir retrieve` (0 = off)
+    bom_query_probes: int = 100  # finest tokens in a query bag (hir_bom, `hir retrieve`); 0 = the query's own bag
 
     # Evaluation (assets/evaluation.py): baselines fitted by the evaluation (comma-separated
     # subset of popularity, cooccurrence, als, lightgcn, sasrec, text_world_knowledge; the neural

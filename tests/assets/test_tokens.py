@@ -228,6 +228,65 @@ def test_equal_bags_score_equally_whatever_their_kind():
     assert torch.allclose(scores[:4], scores[0].expand(4)) and scores[0] > scores[4]
 
 
+def _tiny_probe():
+    """Codebooks along x (level 1) and y (level 2): paths (0,0) → (1, .5), (0,1) → (1, −.5),
+    (1,0) → (−1, .5), (1,1) → (−1, −.5); the ad holds the only (1,1)."""
+    from hir.models.quantizer import HierarchicalQuantizer, QuantizerConfig
+    from hir.tokens.bom import QueryProbe
+
+    codebooks = [torch.tensor([[1.0, 0.0], [-1.0, 0.0]]), torch.tensor([[0.0, 0.5], [0.0, -0.5]])]
+    quantizer = HierarchicalQuantizer(QuantizerConfig(dim=2, codes=[2, 2]), codebooks)
+    codes = np.array([[0, 0], [0, 1], [1, 0], [0, 0], [1, 1]])
+    types = np.array(["product"] * 4 + ["ad"], dtype=object)
+    return QueryProbe(quantizer, codes, types, {"user": [0.0, 0.0]})
+
+
+def test_a_query_bag_probes_the_finest_tokens_of_the_target_type_nearest_the_query():
+    from hir.tokens.bom import QUERY_FLOOR
+
+    probe = _tiny_probe()
+    fine = token_ids(torch.tensor([[0, 0], [0, 1], [1, 0], [1, 1]]), [2, 2])[:, 1].numpy()
+    tokens, weights = probe.bags(np.array([[3.0, 4.0]]), "user", "product", 2)
+    # the unit query (.6, .8): (0,0) 1.0, (0,1) 0.2, (1,0) −0.2; the ad's (1,1) is not a product path
+    assert tokens.tolist() == [[fine[0], fine[1]]]
+    assert np.allclose(weights, [[1.0 - 0.2 + QUERY_FLOOR, QUERY_FLOOR]])
+    tokens, _ = probe.bags(np.array([[3.0, 4.0]]), "user", "ad", 5)
+    assert tokens.tolist() == [[fine[3]]]
+    matrix = probe.matrix(np.array([[3.0, 4.0], [0.0, 0.0]]), "user", "product", 3, np.sort(fine[:2]))
+    assert matrix.shape == (2, 2) and matrix[1].nnz == 0 and matrix[0].nnz == 2  # unknown token, no vector: left out
+
+
+def test_query_bags_over_every_path_rank_items_as_their_reconstruction_does():
+    """With every path probed, an item's overlap with its own finest token is its path's score above
+    the last: the ranking of ⟨x, Σ_m C_m[i_m]⟩, which the tokens approximate for fewer probes."""
+    from hir.models.quantizer import HierarchicalQuantizer, QuantizerConfig
+    from hir.tokens.bom import query_bags, type_paths
+
+    rng = np.random.default_rng(0)
+    items = torch.from_numpy(rng.normal(size=(300, 8)).astype(np.float32))
+    quantizer = HierarchicalQuantizer(QuantizerConfig(dim=8, codes=[4, 8], iterations=2, ils_rounds=0, seed=0))
+    quantizer.fit(items)
+    codes = quantizer.encode(items).numpy()
+    tokens, centres = type_paths(quantizer, codes, np.zeros(300), 0, [4, 8])
+    queries = rng.normal(size=(5, 8)).astype(np.float32)
+    q_tokens, q_weights = query_bags(queries, tokens, centres, tokens.size)
+    own = token_ids(torch.from_numpy(codes), [4, 8])[:, 1].numpy()
+    reconstruction = queries @ quantizer.decode(torch.from_numpy(codes)).numpy().T
+    for q in range(5):
+        overlap = dict(zip(q_tokens[q].tolist(), q_weights[q].tolist()))
+        scores = np.array([overlap[t] for t in own])
+        assert np.allclose(scores - scores.min(), reconstruction[q] - reconstruction[q].min(), atol=1e-5)
+
+
+def test_a_fine_token_names_its_coarse_token():
+    from hir.tokens.bom import coarse_token
+
+    codes = torch.tensor([[3, 5, 9], [0, 7, 15]])
+    tokens = token_ids(codes, [4, 8, 16])
+    for row in tokens:
+        assert [coarse_token(int(t), [4, 8, 16]) for t in row] == [int(row[0])] * 3
+
+
 def test_a_token_every_bag_holds_adds_nothing():
     """``idf = log(N / N) = 0``: adding one token to every bag leaves every ranking as it was."""
     import scipy.sparse as sp

@@ -101,6 +101,18 @@ def test_a_bag_scorer_validates_its_temperature_only_when_asked():
     assert BagScorer(users, bags, 0.5, validation_queries=validation).fit(train, validation).temperature < 0.43
 
 
+def test_a_bag_scorer_validates_with_the_validation_bags_not_the_serving_ones():
+    import scipy.sparse as sp
+
+    train, validation, _, _ = _popular_decoy()
+    bags = sp.csr_matrix(np.eye(3))
+    seen = sp.csr_matrix(np.array([[0.0, 1.0, 0.0]] * 2))  # serving bags that saw the validation item
+    unseen = sp.csr_matrix(np.array([[0.0, 0.0, 1.0]] * 2))  # bags made at the cut-off point elsewhere
+    fitted = BagScorer(seen, bags, 0.5, validation_queries=validation, validation_bags=unseen).fit(train, validation)
+    assert fitted.temperature >= 0.5  # with the serving bags it would fall below 0.43 (the test above)
+    assert fitted.user_bags is not unseen and (fitted.user_bags != seen).nnz == 0
+
+
 def test_the_temperature_is_tuned_on_the_queries_given_not_on_the_fit_validation():
     """On a temporal split the fit's validation queries lie inside the embeddings' history; the
     window after the cut-off is what the temperature is chosen on."""

@@ -65,6 +65,7 @@ from hir.models.baselines.sasrec import SASRecConfig, SASRecScorer
 from hir.models.baselines.text_world_knowledge import TextScorer
 from hir.settings import Settings
 from hir.storage import Artifacts
+from hir.tokens.bom import load_probe, overlap_temperature
 
 ENGAGEMENT_CANDIDATES = 200  # hir_engagement: the candidates the engagement head re-ranks
 RECENT_WEIGHTS = (1.0, 0.5, 0.25)  # hir_recent's query: the user's last items, as the co-occurrence baseline weighs them
@@ -73,6 +74,7 @@ SEQUENCE_FAMILY = ("sasrec", "hir_seq", "sasrec_text", "sasrec_als")  # SASRec a
 # against the item prior is the one scoring setting the data decides (Beauty's validation picks
 # 0.5 T; the synthetic ecosystem's validation window 1.41 T, where its test window also ranks best).
 TEMPERATURE_SCALES = tuple(round(2 ** (k / 2), 4) for k in range(-4, 3))  # 0.25 … 2
+TEMPERATURE_SAMPLE = 512  # users whose cosines against every item fit hir_bom's starting τ
 HEADLINE_SCORER = "hir"
 HEADLINE_RULE = ("the top-level figures are always hir's own, the user's entity embedding (the hir scorer), "
                  "fixed before any run; every other scorer, hir_seq included, is its own row")
@@ -170,22 +172,25 @@ class BagScorer(Scorer):
     over the bags' temperature ``τ``, plus the same item log prior as :class:`PriorCorrectedScorer`.
     ``τ`` is the one stored with the bags (fitted to the embedding's scale).
 
-    With ``validation_queries`` (queries the bags, made at the cut-off, have not seen:
-    :func:`tuning_queries`) :meth:`fit` rescales ``τ`` on them as :class:`PriorCorrectedScorer` does
+    With ``validation_queries`` (queries the ``validation_bags`` have not seen: :func:`tuning_queries`)
+    :meth:`fit` rescales ``τ`` on them as :class:`PriorCorrectedScorer` does
     (:func:`validated_temperature`); ``fit_report`` gives the temperature used.
 
     Args:
         user_bags: ``[n_users, T]`` scipy CSR; item_bags: ``[n_items, T]`` (empty rows where none).
         temperature: ``τ``. half_life: popularity decay as for :class:`PriorCorrectedScorer`.
         name: the scorer's name in reports. validation_queries: the queries ``τ`` is chosen on, or ``None``.
+        validation_bags: the user bags that score ``validation_queries`` (``user_bags`` when ``None``:
+            bags made at the cut-off).
     """
 
     name = "bag"
 
     def __init__(self, user_bags, item_bags, temperature: float, half_life: float | None = None, name: str | None = None,
-                 validation_queries=None):
+                 validation_queries=None, validation_bags=None):
         self.user_bags, self.item_bags_t = user_bags.tocsr(), item_bags.T.tocsc()
         self.temperature, self.half_life, self.validation_queries = temperature, half_life, validation_queries
+        self.validation_bags = validation_bags
         self.name = name or self.name
         self.log_prior = torch.zeros(item_bags.shape[0])
         self.fit_report = {"temperature": temperature}
@@ -193,7 +198,10 @@ class BagScorer(Scorer):
     def fit(self, train, validation=None):
         self.log_prior = torch.log1p(PopularityScorer(self.half_life).fit(train).item_scores)
         if self.validation_queries is not None and len(self.validation_queries.users):
-            self.temperature = validated_temperature(self, self.validation_queries)
+            probe = copy.copy(self)
+            if self.validation_bags is not None:
+                probe.user_bags = self.validation_bags.tocsr()
+            self.temperature = validated_temperature(probe, self.validation_queries)
             self.fit_report = {"temperature": self.temperature}
         return self
 
@@ -547,14 +555,42 @@ def hir_factories(split: Split, artifacts: Artifacts, partition: str, settings: 
     if tokens_path.exists():
         vocabulary = token_vocabulary(tokens_path)
         if vocabulary:
-            u_keys, u_bag = bag_vectors(tokens_path, "user", vocabulary)
-            i_keys, i_bag = bag_vectors(tokens_path, item_type, vocabulary)
             mapped = _mapped(split, user_keys, item_keys)
-            factories["hir_bom"] = lambda: BagScorer(aligned_bags(u_keys, u_bag, mapped.user_keys),
-                                                     aligned_bags(i_keys, i_bag, mapped.item_keys),
-                                                     bag_temperature(tokens_path), popularity_half_life(split, settings),
-                                                     "hir_bom", validation_queries=tuning_queries(split))
+            i_keys, i_bag = bag_vectors(tokens_path, item_type, vocabulary)
+            item_bags = aligned_bags(i_keys, i_bag, mapped.item_keys)
+            probe = load_probe(artifacts.quantizer_dir(partition)) if settings.bom_query_probes > 0 else None
+            if probe is not None and embeddings_path.exists():
+                factories["hir_bom"] = lambda: query_bag_scorer(probe, vocabulary, item_bags, users, items, at_cutoff[0],
+                                                                temperature, split, settings)
+            else:
+                u_keys, u_bag = bag_vectors(tokens_path, "user", vocabulary)
+                factories["hir_bom"] = lambda: BagScorer(aligned_bags(u_keys, u_bag, mapped.user_keys), item_bags,
+                                                         bag_temperature(tokens_path), popularity_half_life(split, settings),
+                                                         "hir_bom", validation_queries=tuning_queries(split))
     return factories
+
+
+def query_bag_scorer(probe, vocabulary: dict[int, int], item_bags, users, items, cutoff_users, temperature: float,
+                     split: Split, settings: Settings) -> BagScorer:
+    """``hir_bom`` with query bags: each user's ``bom_query_probes`` finest item tokens nearest its
+    embedding (:func:`hir.tokens.bom.query_bags`, made from the serving embeddings as ``hir retrieve``
+    makes them; the cut-off embeddings' bags choose ``τ``), against the items' own bags.
+
+    ``τ`` starts at :func:`hir.tokens.bom.overlap_temperature` (the overlap put on the cosine's
+    scale over :data:`TEMPERATURE_SAMPLE` users and every item, cut-off embeddings and bags) and is
+    then validated as every hir scorer's is.
+    """
+    item_type, columns = split.info.get("item_type", "product"), np.fromiter(vocabulary, np.int64, len(vocabulary))
+
+    def bags(vectors):
+        return probe.matrix(np.asarray(vectors), "user", item_type, settings.bom_query_probes, columns)
+
+    serving, at_cutoff = bags(users), bags(cutoff_users)
+    sample = np.random.default_rng(0).permutation(len(users))[:TEMPERATURE_SAMPLE]
+    cos = (_unit(np.asarray(cutoff_users)[sample]) @ _unit(items).T).numpy()
+    start = overlap_temperature(cos, (at_cutoff[sample] @ item_bags.T).toarray(), temperature)
+    return BagScorer(serving, item_bags, start, popularity_half_life(split, settings), "hir_bom",
+                     validation_queries=tuning_queries(split), validation_bags=at_cutoff)
 
 
 def aligned_vectors(mapped: Split, path, item_type: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -53,13 +53,15 @@ def _table_exists(con, name: str) -> bool:
 
 
 def dense_recall(vectors: np.ndarray, bags, types: np.ndarray, prior: np.ndarray, bag_t: float, dense_t: float,
-                 users: int = 300, k: int = 100, seed: int = 0) -> dict:
+                 users: int = 300, k: int = 100, seed: int = 0, query=None) -> dict:
     """Recall of the bags' top ``k`` against the embedding's own top ``k`` (see the module docstring).
 
     Args:
         vectors: ``[N, d]`` embeddings; bags: ``[N, T]`` unit-norm bag weights (scipy CSR), same rows;
         types: entity type per row; prior: ``log(1 + p)`` per row; bag_t: the bags' ``τ``;
-        dense_t: the encoder's ``T``; users: users sampled (seeded by ``seed``); k: the cut-off.
+        dense_t: the encoder's ``T``; users: users sampled (seeded by ``seed``); k: the cut-off;
+        query: ``query(user_rows, kind)`` → the users' bags for retrieving ``kind`` (``[n, T]`` CSR,
+            e.g. query bags, :meth:`hir.tokens.bom.QueryProbe.matrix`); their own bags when ``None``.
     Returns ``{type: {"with_prior": r, "no_prior": r}}`` for each serving type with more than ``k``
     entities (empty without users).
     """
@@ -76,7 +78,8 @@ def dense_recall(vectors: np.ndarray, bags, types: np.ndarray, prior: np.ndarray
         if items.size <= k:
             continue
         dense = unit[sample] @ unit[items].T / dense_t
-        overlap = (bags[sample] @ bags[items].T).toarray() / bag_t
+        user_bags = bags[sample] if query is None else query(sample, kind)
+        overlap = (user_bags @ bags[items].T).toarray() / bag_t
         out[kind] = {"with_prior": _top_overlap(dense + prior[items], overlap + prior[items], k),
                      "no_prior": _top_overlap(dense, overlap, k)}
     return out

@@ -46,6 +46,7 @@ from hir.storage import Artifacts
 SERVING_TYPES = ("ad", "campaign", "advertiser", "product")
 DESCRIPTION_TYPES = ("category", "genre")
 SATURATION = 1.2  # k₁ of the BM25-like saturation of token mass
+QUERY_FLOOR = 1e-3  # ε: the weight of a query bag's last probed token (:func:`query_bags`)
 
 
 def codes_setting(settings: Settings) -> list[int]:
@@ -94,8 +95,15 @@ def read_embeddings(path: Path) -> Embeddings:
     )
 
 
+def centre(vectors: np.ndarray, mean) -> np.ndarray:
+    """``normalise(x̂ − μ)`` with ``x̂ = x / ||x||``: rows placed as the quantizer saw their type."""
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    centred = unit - np.asarray(mean, dtype=unit.dtype)
+    return centred / np.maximum(np.linalg.norm(centred, axis=1, keepdims=True), 1e-12)
+
+
 def centre_per_type(vectors: np.ndarray, types: np.ndarray) -> tuple[np.ndarray, dict[str, list[float]]]:
-    """``normalise(x̂ − μ_type)`` with ``x̂ = x / ||x||`` and ``μ_type`` the mean ``x̂`` of the type.
+    """:func:`centre` of each type's rows on ``μ_type``, the mean unit row ``x̂`` of the type.
 
     Returns the centred rows and ``{type: μ_type}`` (to centre new entities the same way).
     """
@@ -104,8 +112,7 @@ def centre_per_type(vectors: np.ndarray, types: np.ndarray) -> tuple[np.ndarray,
     for kind in np.unique(types):
         rows = types == kind
         means[str(kind)] = unit[rows].mean(0)
-        centred = unit[rows] - means[str(kind)]
-        out[rows] = centred / np.maximum(np.linalg.norm(centred, axis=1, keepdims=True), 1e-12)
+        out[rows] = centre(unit[rows], means[str(kind)])
     return out, {k: v.astype(float).tolist() for k, v in means.items()}
 
 
@@ -297,12 +304,124 @@ def bag_temperature(vectors: np.ndarray, bags, types: np.ndarray, temperature: f
     u = rng.choice(user_rows, min(users, user_rows.size), replace=False)
     i = rng.choice(item_rows, min(items, item_rows.size), replace=False)
     unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-    cos = unit[u] @ unit[i].T
-    overlap = (bags[u] @ bags[i].T).toarray()
+    return overlap_temperature(unit[u] @ unit[i].T, (bags[u] @ bags[i].T).toarray(), temperature)
+
+
+def overlap_temperature(cos: np.ndarray, overlap: np.ndarray, temperature: float) -> float:
+    """``τ = T / β``, ``β`` the least-squares slope of ``cos`` on ``overlap`` (``[users, items]``),
+    both centred per user; ``T`` itself when the overlap does not vary or the slope is not positive."""
     cos, overlap = cos - cos.mean(1, keepdims=True), overlap - overlap.mean(1, keepdims=True)
     spread = float((overlap * overlap).sum())
     slope = float((overlap * cos).sum()) / spread if spread > 0 else 0.0
     return float(temperature / slope) if slope > 0 else float(temperature)
+
+
+def type_paths(quantizer, codes: np.ndarray, types: np.ndarray, wanted: str, sizes: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The finest tokens of the entities of type ``wanted`` and their reconstructions.
+
+    Returns ``(tokens [P], centres [P, d])``: each distinct finest token (path of every level's code)
+    held by a ``wanted`` row of ``codes`` (``[N, M]``, rows typed by ``types``) and its point
+    ``Σ_m C_m[i_m]`` in the quantised (centred) space.
+    """
+    import torch
+
+    from hir.models.quantizer import token_ids
+
+    rows = np.flatnonzero(types == wanted)
+    finest = token_ids(torch.from_numpy(codes[rows]), sizes)[:, -1].numpy()
+    tokens, first = np.unique(finest, return_index=True)
+    return tokens, quantizer.decode(torch.from_numpy(codes[rows[first]])).numpy()
+
+
+def query_bags(queries: np.ndarray, tokens: np.ndarray, centres: np.ndarray, probes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Query bags for retrieval: each query's ``probes`` finest tokens nearest it (multi-probe).
+
+    A query ``x`` (centred as the quantised rows, :func:`centre_per_type`) holds the finest tokens
+    ``p`` of the target type with the highest ``s_p = ⟨x, Σ_m C_m[p]⟩`` (:func:`type_paths`), weighted
+    ``s_p − s_(probes) + ε``: an IVF's probe of its nearest lists, as tokens, so that overlap with
+    an item's bag ranks the items of those lists by how near their path is, and the matched tokens
+    explain it. A user's own bag (its own path) only reaches the items of its own cell.
+
+    Args:
+        queries: ``[n, d]`` centred query vectors. tokens, centres: the target type's finest tokens
+            and their reconstructions. probes: tokens per query (all when fewer exist).
+    Returns:
+        ``(tokens [n, P], weights [n, P])``, best first, ``P = min(probes, len(tokens))``.
+    """
+    scores = np.asarray(queries, np.float32) @ np.asarray(centres, np.float32).T
+    kept = min(probes, tokens.size)
+    if kept == 0:
+        return np.zeros((scores.shape[0], 0), np.int64), np.zeros((scores.shape[0], 0), np.float32)
+    best = np.argpartition(-scores, kept - 1, axis=1)[:, :kept] if kept < tokens.size else np.tile(np.arange(kept), (scores.shape[0], 1))
+    values = np.take_along_axis(scores, best, 1)
+    order = np.argsort(-values, axis=1, kind="stable")
+    best, values = np.take_along_axis(best, order, 1), np.take_along_axis(values, order, 1)
+    return tokens[best], (values - values[:, -1:] + QUERY_FLOOR).astype(np.float32)
+
+
+@dataclass
+class QueryProbe:
+    """What query bags are made of in one partition (:func:`query_bags`): its quantizer, every
+    quantised row's codes and type, and each type's mean (:func:`centre_per_type`)."""
+
+    quantizer: "HierarchicalQuantizer"  # noqa: F821
+    codes: np.ndarray
+    types: np.ndarray
+    means: dict[str, list[float]]
+
+    def bags(self, vectors: np.ndarray, query_type: str, target_type: str, probes: int) -> tuple[np.ndarray, np.ndarray]:
+        """Query bags of ``vectors`` (embeddings of ``query_type`` entities) over the finest tokens of
+        ``target_type``: ``(tokens [n, P], weights [n, P])``."""
+        if query_type not in self.means:
+            raise SettingsError(f"the quantizer saw no {query_type!r} entities; types: {', '.join(sorted(self.means))}")
+        tokens, centres = type_paths(self.quantizer, self.codes, self.types, target_type, self.quantizer.config.codes)
+        return query_bags(centre(vectors, self.means[query_type]), tokens, centres, probes)
+
+    def matrix(self, vectors: np.ndarray, query_type: str, target_type: str, probes: int, token_of_column: np.ndarray):
+        """:meth:`bags` as a ``[n, T]`` CSR over the columns ``token_of_column`` (sorted token ids);
+        tokens outside them and rows whose vector is all zero (no embedding) are left out."""
+        import scipy.sparse as sp
+
+        vectors = np.asarray(vectors, np.float32)
+        tokens, weights = self.bags(vectors, query_type, target_type, probes)
+        slot = np.searchsorted(token_of_column, tokens.ravel()).clip(0, max(token_of_column.size - 1, 0))
+        known = (token_of_column[slot] == tokens.ravel()) if token_of_column.size else np.zeros(tokens.size, bool)
+        known &= np.repeat(np.abs(vectors).sum(1) > 0, tokens.shape[1])
+        rows = np.repeat(np.arange(tokens.shape[0]), tokens.shape[1])
+        return sp.csr_matrix((weights.ravel()[known], (rows[known], slot[known])), shape=(tokens.shape[0], token_of_column.size))
+
+
+def load_probe(folder: Path) -> QueryProbe | None:
+    """The :class:`QueryProbe` of a ``bom_quantizer`` partition folder, ``None`` where it is not written."""
+    import json
+
+    from hir.models.quantizer import HierarchicalQuantizer
+    from hir.storage import CODES_FILE, QUANTIZER_REPORT_FILE
+
+    if not (folder / CODES_FILE).exists() or not (folder / QUANTIZER_REPORT_FILE).exists():
+        return None
+    emb, codes = read_codes(folder / CODES_FILE)
+    means = json.loads((folder / QUANTIZER_REPORT_FILE).read_text(encoding="utf-8"))["type_means"]
+    return QueryProbe(HierarchicalQuantizer.load(folder), codes, emb.entity_type, means)
+
+
+def query_temperature(probe: QueryProbe, vectors: np.ndarray, types: np.ndarray, bags, token_of_column: np.ndarray,
+                      temperature: float, probes: int, users: int = 256, seed: int = 0) -> float:
+    """``τ`` of query bags (:meth:`QueryProbe.matrix`) against the entities' own bags, as
+    :func:`bag_temperature` fits the own bags': :func:`overlap_temperature` over a seeded sample of
+    ``users`` users × every entity of :data:`SERVING_TYPES` (each type probed with its own tokens)."""
+    user_rows = np.flatnonzero(types == "user")
+    kinds = [kind for kind in SERVING_TYPES if (types == kind).any()]
+    if not user_rows.size or not kinds or "user" not in probe.means:
+        return float(temperature)
+    u = np.random.default_rng(seed).choice(user_rows, min(users, user_rows.size), replace=False)
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    cos, overlap = [], []
+    for kind in kinds:
+        items = np.flatnonzero(types == kind)
+        cos.append(unit[u] @ unit[items].T)
+        overlap.append((probe.matrix(vectors[u], "user", kind, probes, token_of_column) @ bags[items].T).toarray())
+    return overlap_temperature(np.hstack(cos), np.hstack(overlap), temperature)
 
 
 def log_prior(emb: Embeddings, engagement) -> np.ndarray:
@@ -311,9 +430,11 @@ def log_prior(emb: Embeddings, engagement) -> np.ndarray:
     return np.log1p(np.asarray(engagement @ is_user).ravel()).astype(np.float32)
 
 
-def bags_table(emb: Embeddings, bags, token_of_column: np.ndarray, cutoff, prior: np.ndarray, temperature: float) -> pa.Table:
+def bags_table(emb: Embeddings, bags, token_of_column: np.ndarray, cutoff, prior: np.ndarray, temperature: float,
+               query_temperature: float | None = None) -> pa.Table:
     """``tokens.parquet`` rows: entity_id, entity_type, source_key, tokens, weights, log_prior, cutoff;
-    the bags' ``τ`` (:func:`bag_temperature`) in the schema metadata as ``bag_temperature``."""
+    the bags' ``τ`` (:func:`bag_temperature`) in the schema metadata as ``bag_temperature``, and the
+    query bags' (:func:`query_temperature`) as ``query_temperature`` where there is one."""
     bags.sort_indices()
     tokens = pa.ListArray.from_arrays(pa.array(bags.indptr.astype(np.int32)), pa.array(token_of_column[bags.indices].astype(np.int64)))
     weights = pa.ListArray.from_arrays(pa.array(bags.indptr.astype(np.int32)), pa.array(bags.data.astype(np.float32)))
@@ -325,7 +446,8 @@ def bags_table(emb: Embeddings, bags, token_of_column: np.ndarray, cutoff, prior
         "weights": weights,
         "log_prior": pa.array(prior, pa.float32()),
         "cutoff": pa.array([cutoff] * emb.entity_id.size, pa.timestamp("us", tz="UTC")),
-    }).replace_schema_metadata({"bag_temperature": str(temperature)})
+    }).replace_schema_metadata({"bag_temperature": str(temperature)}
+                               | ({} if query_temperature is None else {"query_temperature": str(query_temperature)}))
 
 
 def postings_table(tokens: pa.Table) -> pa.Table:
@@ -352,6 +474,8 @@ class TokenStore:
     vectors: "torch.Tensor | None"  # noqa: F821  rows aligned with the index rows
     prior: "torch.Tensor"  # noqa: F821  log(1 + p_e) per index row
     temperature: float  # the bags' τ (:func:`bag_temperature`)
+    probe: QueryProbe | None = None  # query bags (`bom_query_probes`), where the quantizer and embeddings exist
+    query_temperature: float | None = None  # their τ (:func:`query_temperature`)
 
 
 def load_index(postings: pa.Table):
@@ -401,8 +525,11 @@ def load_store(settings: Settings, partition: str | None = None, with_vectors: b
             vectors = torch.from_numpy(emb.vectors[order][slot])
     prior = dict(zip(bags.column("entity_id").to_pylist(), bags.column("log_prior").to_pylist()))
     prior = torch.tensor([prior[e] for e in index.entity_ids.tolist()], dtype=torch.float32)
-    temperature = float(bags.schema.metadata[b"bag_temperature"])
-    return TokenStore(partition, bags, index, descriptions, vectors, prior, temperature)
+    meta = bags.schema.metadata
+    probe = load_probe(catalogue.quantizer_dir(partition)) if vectors is not None and settings.bom_query_probes > 0 else None
+    query_t = float(meta[b"query_temperature"]) if b"query_temperature" in meta else None
+    return TokenStore(partition, bags, index, descriptions, vectors, prior, float(meta[b"bag_temperature"]),
+                      probe if query_t is not None else None, query_t)
 
 
 def find_bag(store: TokenStore, entity_type: str, key: str) -> dict:
@@ -422,6 +549,12 @@ def describe(store: TokenStore, token: int) -> str:
     level, path = divmod(int(token), TOKEN_LEVEL_STRIDE)
     text = store.descriptions.get(int(token), "")
     return f"L{level}:{path}" + (f" — {text}" if text else "")
+
+
+def coarse_token(token: int, sizes: list[int]) -> int:
+    """The level-1 token a nested token implies: its path's first code (``sizes``: codewords per level)."""
+    level, path = divmod(int(token), TOKEN_LEVEL_STRIDE)
+    return TOKEN_LEVEL_STRIDE + path // int(np.prod(sizes[1:level], dtype=np.int64))
 
 
 # ----------------------------------------------------------------------------- descriptions

@@ -63,7 +63,7 @@ def _recall(exact: list, found: list) -> float:
 def _item_bags(items, args):
     """Quantizer on a sample, items in code order, their nested tokens and unit-norm bag weights.
 
-    Returns the quantizer, the items in that order, their ``[n, M]`` codes and tokens and the
+    Returns the quantizer, the items in that order, their ``[n, M]`` codes and the
     bags (scipy CSR over the distinct tokens, with the token id of each column).
     """
     import scipy.sparse as sp
@@ -84,20 +84,19 @@ def _item_bags(items, args):
     columns, column = np.unique(tokens, return_inverse=True)
     n, levels = tokens.shape
     own = sp.csr_matrix((np.ones(n * levels), (np.repeat(np.arange(n), levels), column.ravel())), shape=(n, columns.size))
-    return quantizer, items, codes, tokens, bag_weights(own), columns
+    return quantizer, items, codes, bag_weights(own), columns
 
 
-def _query_bags(queries, quantizer, codes, tokens, probes: int):
-    """Each query's ``probes`` best finest-level tokens by ``q · Σ_m C_m[i_m]`` over the used paths,
-    weighted by that score minus the lowest kept (plus a small floor)."""
+def _query_bags(queries, quantizer, codes, sizes, probes: int):
+    """Each query's bag (:func:`hir.tokens.bom.query_bags`): its ``probes`` finest tokens nearest it."""
     import torch
 
-    prefixes, first = np.unique(tokens[:, -1], return_index=True)
-    centres = quantizer.decode(codes[torch.from_numpy(first)])
-    scores = queries @ centres.T
-    best = scores.topk(min(probes, prefixes.size), dim=1)
-    weights = best.values - best.values[:, -1:] + 1e-3
-    return torch.from_numpy(prefixes)[best.indices], weights
+    from hir.tokens.bom import query_bags, type_paths
+
+    codes = codes.numpy()
+    tokens, centres = type_paths(quantizer, codes, np.zeros(codes.shape[0]), 0, sizes)
+    q_tokens, q_weights = query_bags(queries.numpy(), tokens, centres, probes)
+    return torch.from_numpy(q_tokens), torch.from_numpy(q_weights)
 
 
 IVFPQ_SETTINGS = [(nprobe, refine) for nprobe in (16, 32, 64) for refine in (0, 2, 4, 8)]
@@ -166,8 +165,8 @@ def run(args: argparse.Namespace, settings: Settings) -> dict:
     faiss.omp_set_num_threads(1)
     data = clustered_vectors(args.items + args.queries, args.dim, seed=args.seed)
     queries = torch.from_numpy(data[args.items:])
-    quantizer, items, codes, tokens, bags, columns = _item_bags(torch.from_numpy(data[: args.items]), args)
-    q_tokens, q_weights = _query_bags(queries, quantizer, codes, tokens, args.probes)
+    quantizer, items, codes, bags, columns = _item_bags(torch.from_numpy(data[: args.items]), args)
+    q_tokens, q_weights = _query_bags(queries, quantizer, codes, [int(c) for c in args.codes.split(",")], args.probes)
     rows, cols = bags.nonzero()
     n = items.shape[0]
     index = InvertedIndex.build(torch.from_numpy(rows), torch.from_numpy(columns[cols]), torch.from_numpy(bags[rows, cols].A1),

@@ -5,8 +5,11 @@ The default ``--type`` is the data's item type: the type the evaluation ranks fo
 index is a user mistake that names the types there are.
 
 Scores every entity of the asked type by ``Σ_t q_t · w(t, e) / τ + log(1 + p_e)`` over the query's
-bag tokens (the bags' temperature and each entity's log prior, :mod:`hir.tokens.bom`), then re-ranks
-the best ``HIR_BOM_RERANK`` by embedding score when the partition's embeddings exist.
+bag tokens (each entity's log prior, :mod:`hir.tokens.bom`), then re-ranks the best
+``HIR_BOM_RERANK`` by embedding score when the partition's embeddings exist. Where the query entity
+has an embedding and the partition's quantizer is written, its bag is a query bag: the
+``HIR_BOM_QUERY_PROBES`` finest tokens of the asked type nearest its embedding
+(:meth:`~hir.tokens.bom.QueryProbe.bags`, with their ``τ``); otherwise its own bag (with the bags' ``τ``).
 ``--explain`` lists, per result, the matched tokens with their contributions and descriptions.
 """
 
@@ -33,7 +36,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     import torch
 
     from hir.errors import SettingsError
-    from hir.tokens.bom import describe, find_bag, load_store
+    from hir.tokens.bom import coarse_token, describe, find_bag, load_store
 
     if args.k < 1:
         raise SettingsError(f"--k must be at least 1, got {args.k}")
@@ -48,10 +51,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if wanted not in store.index.type_names:
         raise SettingsError(f"no {wanted!r} entities in bom_tokens partition {store.partition}; "
                             f"types: {', '.join(store.index.type_names)}")
+    temperature = store.temperature
+    if store.probe is not None and query_vector is not None and args.query_type in store.probe.means:
+        probed, probe_weights = store.probe.bags(query_vector.numpy()[None], args.query_type, wanted, settings.bom_query_probes)
+        tokens, weights = torch.from_numpy(probed[0]), torch.from_numpy(probe_weights[0])
+        temperature = store.query_temperature
     rows, scores = store.index.search(
         tokens, weights, args.k, entity_type=wanted, query_vector=query_vector,
         vectors=store.vectors, candidates=max(settings.bom_rerank, args.k) if settings.bom_rerank else 0,
-        prior=store.prior, temperature=store.temperature,
+        prior=store.prior, temperature=temperature,
     )
     keys = dict(zip(store.bags.column("entity_id").to_pylist(), store.bags.column("source_key").to_pylist()))
     print(f"{args.query_type} {args.key}: top {rows.numel()} {wanted} (partition {store.partition})")
@@ -60,7 +68,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(f"{rank:>3}. {wanted} {keys.get(entity, entity)}  score {score:.4f}")
         if args.explain:
             for token, contribution in store.index.explain(tokens, weights, row):
-                print(f"       {contribution:.3f}  {describe(store, token)}")
+                coarse = coarse_token(token, store.probe.quantizer.config.codes) if store.probe is not None else token
+                under = f"  (in {describe(store, coarse)})" if coarse != token else ""
+                print(f"       {contribution:.3f}  {describe(store, token)}{under}")
     return 0
 
 
