@@ -27,7 +27,7 @@ def test_bench_retrieval_reports_speed_and_recall(capsys):
             "--train", "1000", "--probes", "30", "--candidates", "600"]
     assert main(argv) == 0
     out = _json_line(capsys)
-    assert set(out) == {"items", "index_p50_ms", "exact_p50_ms", "speedup_vs_exact", "recall_at_100_vs_exact",
+    assert set(out) == {"items", "index_p50_ms", "exact_p50_ms", "speedup_vs_exact", "recall_at_100_vs_exact", "query_bag_p50_ms",
                         "faiss_ivfpq_p50_ms", "faiss_ivfpq_recall_at_100", "faiss_ivfpq_nprobe", "faiss_ivfpq_refine",
                         "faiss_ivfflat_p50_ms", "faiss_ivfflat_recall_at_100", "faiss_ivfflat_nprobe"}
     assert out["items"] == 3000
