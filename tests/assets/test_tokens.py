@@ -195,6 +195,10 @@ def test_bags_record_their_temperature_prior_and_dense_recall(built):
     kept = meta["bom_tokens"]["recall_of_dense_top100"].data
     assert set(kept) == {"ad"}  # the only serving type with more than 100 entities
     assert 0.3 < kept["ad"]["with_prior"] <= 1.0 and 0 < kept["ad"]["no_prior"] <= 1.0
+    assert float(table.schema.metadata[b"query_temperature"]) == meta["bom_tokens"]["query_temperature"].value > 0
+    probed = meta["bom_tokens"]["query_recall_of_dense_top100"].data
+    print(f"dense top-100 kept: own bags {kept['ad']}, query bags {probed['ad']}")
+    assert set(probed) == {"ad"} and probed["ad"]["no_prior"] > kept["ad"]["no_prior"]  # probes reach past the own cell
 
 
 def _planted_embeddings(types: list[str], codes: np.ndarray):
