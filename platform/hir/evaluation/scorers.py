@@ -21,9 +21,11 @@ hir's scorers on a split:
 * ``hir_no_prior`` — the plain dot product (:class:`EmbeddingScorer`), the ablation of the prior;
 * ``hir_engagement`` — ``hir``'s top :data:`ENGAGEMENT_CANDIDATES` re-ranked by the encoder's
   engagement head for the target event type (:class:`EngagementRerankScorer`);
-* ``hir_bom`` — Bag-of-Meaning overlap ``Σ_t q_t(u) w_t(i)`` of the partition's token bags (the
-  score the BoM index computes) over the bags' temperature, plus the same item log prior
-  (:class:`BagScorer`), the temperature validated the same way.
+* ``hir_bom`` — Bag-of-Meaning overlap ``Σ_t q_t(u) w_t(i)`` of each user's query bag (its
+  ``bom_query_probes`` finest item tokens nearest its embedding, :func:`query_bag_scorer`; its own
+  bag with ``bom_query_probes`` 0) and the items' own bags (the score the BoM index computes) over
+  the bags' temperature, plus the same item log prior (:class:`BagScorer`), the temperature
+  validated the same way.
 
 The SASRec family (:data:`SEQUENCE_FAMILY`, :func:`sequence_family`), where the run trains SASRec,
 repeated over the run's seeds: ``sasrec`` from its random start; ``hir_seq``, the same model with

@@ -27,6 +27,12 @@ kind and however much it mixed, lives on the same scale, and the overlap ``Σ_t 
 the cosine of the two bags. Retrieval scores ``overlap / τ + log(1 + p_i)`` (:func:`bag_temperature`
 fits ``τ``; ``p_i`` the item's decayed engagement), as the dense scorer scores
 ``cos / T + log(1 + p_i)``.
+
+Query bags. A query (a user asking for items) does not use its own bag, which holds its own path and
+so reaches only the items of its own cell: it probes the ``bom_query_probes`` finest tokens of the
+target type nearest its embedding (:func:`query_bags`, :class:`QueryProbe`), as an IVF probes its
+nearest lists; its overlap with the items' own bags then ranks them, with its own ``τ``
+(:func:`query_temperature`).
 """
 
 from __future__ import annotations
@@ -526,10 +532,10 @@ def load_store(settings: Settings, partition: str | None = None, with_vectors: b
     prior = dict(zip(bags.column("entity_id").to_pylist(), bags.column("log_prior").to_pylist()))
     prior = torch.tensor([prior[e] for e in index.entity_ids.tolist()], dtype=torch.float32)
     meta = bags.schema.metadata
-    probe = load_probe(catalogue.quantizer_dir(partition)) if vectors is not None and settings.bom_query_probes > 0 else None
-    query_t = float(meta[b"query_temperature"]) if b"query_temperature" in meta else None
-    return TokenStore(partition, bags, index, descriptions, vectors, prior, float(meta[b"bag_temperature"]),
-                      probe if query_t is not None else None, query_t)
+    query_t = float(meta[b"query_temperature"]) if b"query_temperature" in meta else None  # bags made with probes
+    probed = query_t is not None and vectors is not None and settings.bom_query_probes > 0
+    probe = load_probe(catalogue.quantizer_dir(partition)) if probed else None
+    return TokenStore(partition, bags, index, descriptions, vectors, prior, float(meta[b"bag_temperature"]), probe, query_t)
 
 
 def find_bag(store: TokenStore, entity_type: str, key: str) -> dict:
