@@ -52,6 +52,16 @@ def test_adapter_refuses_or_stores_hostile_input(kind, m, tmp_path_factory):
         assert result.verbatim, f"{m.value!r} was neither stored nor rejected verbatim"
 
 
+def test_a_hostile_value_in_a_column_the_adapter_drops_is_not_expected_back(tmp_path):
+    # raw_sample's pid (the ad slot) is read and checked but kept by no table; found by the test above
+    dropped = Mutation(how="field", file=2, line=7, field=9, value="1 OR 1=1", data=b"")
+    result = hostile_case("taobao_ads", tmp_path / "pid", dropped)
+    assert result.outcome == "read" and result.rows_accepted == result.rows_read and result.verbatim
+    kept = Mutation(how="field", file=0, line=1, field=4, value="1 OR 1=1", data=b"")  # ad_feature's brand
+    result = hostile_case("taobao_ads", tmp_path / "brand", kept)
+    assert result.rows_rejected == 1 and result.verbatim  # rejected, its raw line kept
+
+
 def test_seeded_fuzz_has_no_crashes(tmp_path):
     stats = fuzz(20, seed=3, workdir=tmp_path)
     assert stats["fuzz_cases"] == 20

@@ -69,13 +69,20 @@ def test_the_incremental_side_writes_the_full_sides_state(data_home, tmp_path):
     assert not bench.same_state(tmp_path / "inc", tmp_path / "full")
 
 
+def _ratio_of_rounded(ratio: float, num: float, den: float) -> bool:
+    """Whether ``ratio`` (rounded to 2 decimals) is ``num / den`` of the unrounded times that round
+    to ``num`` and ``den`` (3 decimals): at a few milliseconds the rounding alone moves it by 10 %."""
+    half = 5e-4
+    return (num - half) / (den + half) - 5e-3 <= ratio <= (num + half) / max(den - half, 1e-9) + 5e-3
+
+
 def test_run_reports_the_issue_figures(data_home):
     result = bench.run(_args(), Settings.from_env())
     assert set(result) >= {"events", "duckdb_s", "pandas_s", "speedup_vs_pandas", "events_per_s",
                            "incremental_s", "incremental_speedup", "edge_write_s", "connect_s", "peak_rss_mb"}
     assert result["events"] == 4000
-    assert result["speedup_vs_pandas"] == pytest.approx(result["pandas_s"] / result["duckdb_s"], rel=0.05)
-    assert result["incremental_speedup"] == pytest.approx(result["duckdb_s"] / result["incremental_s"], rel=0.05)
+    assert _ratio_of_rounded(result["speedup_vs_pandas"], result["pandas_s"], result["duckdb_s"])
+    assert _ratio_of_rounded(result["incremental_speedup"], result["duckdb_s"], result["incremental_s"])
     assert 0 < result["edge_write_s"] < result["duckdb_s"] and result["connect_s"] > 0
     assert result["peak_rss_mb"] > 0
     assert (data_home / "bench" / "snapshot_events_4000_0.parquet").exists()

@@ -289,12 +289,14 @@ class Adapter:
     """A source kind with a builder of a small valid input: ``build(folder) -> path to read``.
 
     ``row_files``: the delimited files of that input whose every line (after a header) the adapter
-    counts as one row read.
+    counts as one row read. ``unstored``: ``(file, column)`` pairs the adapter reads and checks but
+    does not keep (a hostile value there is accepted and dropped with its column, not stored verbatim).
     """
 
     kind: str
     build: Callable[[Path], Path]
     row_files: tuple[str, ...]
+    unstored: tuple[tuple[str, str], ...] = ()  # (file, column)
 
 
 def _write(folder: Path, files: dict[str, str]) -> None:
@@ -372,7 +374,8 @@ def _csv(folder: Path) -> Path:
 
 ADAPTERS = {
     "taobao_userbehavior": Adapter("taobao_userbehavior", _userbehavior, ("ub.csv",)),
-    "taobao_ads": Adapter("taobao_ads", _taobao_ads, ("ad_feature.csv", "behavior_log.csv", "raw_sample.csv", "user_profile.csv")),
+    "taobao_ads": Adapter("taobao_ads", _taobao_ads, ("ad_feature.csv", "behavior_log.csv", "raw_sample.csv", "user_profile.csv"),
+                          unstored=(("raw_sample.csv", "pid"),)),  # the ad slot: no column of the events holds it
     "movielens": Adapter("movielens", _movielens, ("movies.csv", "ratings.csv", "tags.csv")),
     "amazon_seq": Adapter("amazon_seq", _amazon, ("Toys.txt",)),
     "csv": Adapter("csv", _csv, ("events.csv", "items.csv")),
@@ -404,6 +407,19 @@ def _files(folder: Path) -> list[Path]:
 
 def _sep(path: Path) -> str:
     return " " if path.suffix == ".txt" else ","
+
+
+def _mutated_column(folder: Path, m: Mutation) -> str | None:
+    """The header name of the column a ``field`` mutation will change in the delimited file
+    :func:`apply_mutation` picks under ``folder`` (read before it changes), ``None`` for the header
+    line itself or another kind of file."""
+    target = _files(folder)[m.file % len(_files(folder))]
+    if target.suffix not in (".csv", ".txt"):
+        return None
+    lines = target.read_text(encoding="utf-8").split("\n")
+    i = m.line % max(1, len(lines) - 1)
+    header, j = lines[0].split(_sep(target)), m.field % len(lines[i].split(_sep(target)))
+    return header[j] if i and j < len(header) else None
 
 
 def apply_mutation(folder: Path, m: Mutation) -> tuple[Path, bool]:
@@ -474,10 +490,12 @@ def hostile_case(kind: str, workdir: Path, m: Mutation, load: bool = True) -> Ca
     from hir.settings import Settings
 
     path = ADAPTERS[kind].build(workdir / "input")
+    column = _mutated_column(workdir / "input", m)
     target, changed = apply_mutation(workdir / "input", m)
-    # Where an SQL-looking value must come out verbatim: a field of a CSV file, a value of the datamaps.
-    expect_verbatim = changed and m.value in SQL_LIKE and (
-        (m.how == "field" and target.suffix == ".csv") or (m.how == "json" and "datamaps" in target.name))
+    # Where an SQL-looking value must come out verbatim: a field of a CSV file (but a column the
+    # adapter does not keep), a value of the datamaps.
+    kept_field = m.how == "field" and target.suffix == ".csv" and (target.name, column) not in ADAPTERS[kind].unstored
+    expect_verbatim = changed and m.value in SQL_LIKE and (kept_field or (m.how == "json" and "datamaps" in target.name))
     settings = Settings.from_mapping({"HIR_DATA_HOME": str(workdir / "home")})
     try:
         batch = read_source(kind, path, settings)
