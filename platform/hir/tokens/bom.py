@@ -37,7 +37,7 @@ nearest lists; its overlap with the items' own bags then ranks them, with its ow
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -374,13 +374,16 @@ class QueryProbe:
     codes: np.ndarray
     types: np.ndarray
     means: dict[str, list[float]]
+    _paths: dict = field(default_factory=dict, repr=False)  # target type -> type_paths(...), made once
 
     def bags(self, vectors: np.ndarray, query_type: str, target_type: str, probes: int) -> tuple[np.ndarray, np.ndarray]:
         """Query bags of ``vectors`` (embeddings of ``query_type`` entities) over the finest tokens of
         ``target_type``: ``(tokens [n, P], weights [n, P])``."""
         if query_type not in self.means:
             raise SettingsError(f"the quantizer saw no {query_type!r} entities; types: {', '.join(sorted(self.means))}")
-        tokens, centres = type_paths(self.quantizer, self.codes, self.types, target_type, self.quantizer.config.codes)
+        if target_type not in self._paths:
+            self._paths[target_type] = type_paths(self.quantizer, self.codes, self.types, target_type, self.quantizer.config.codes)
+        tokens, centres = self._paths[target_type]
         return query_bags(centre(vectors, self.means[query_type]), tokens, centres, probes)
 
     def matrix(self, vectors: np.ndarray, query_type: str, target_type: str, probes: int, token_of_column: np.ndarray):
