@@ -499,6 +499,29 @@ def test_writing_a_state_again_in_its_folder_leaves_the_linked_base_alone(tiny, 
     assert all(pq.read_table(base / STATE_DIR / name).equals(table) for name, table in before.items())
 
 
+def test_a_delta_part_holds_single_events_and_one_written_with_counts_still_advances(tiny, tmp_path):
+    """An increment's part leaves out count (1) and first_ts (its last_ts); a state whose delta part has
+    them, as written before, is read by column name and still advances equal to the full rebuild."""
+    settings = Settings.from_mapping({}, threads=1)
+    full_settings = Settings.from_mapping({}, threads=1, snapshot_incremental=False)
+    base, inc = tmp_path / "a", tmp_path / "b"
+    base.mkdir(), inc.mkdir()
+    with connect(tiny, read_only=True) as con:
+        build_snapshot(con, DAY0 + timedelta(days=3), settings, base)
+        build_snapshot(con, DAY0 + timedelta(days=4), settings, inc, states=[base / STATE_DIR])
+        delta = inc / STATE_DIR / "edges-1.parquet"
+        rows = pq.read_table(delta)
+        assert rows.column_names == ["src", "dst", "edge_type_id", "last_ts", "weight"] and rows.num_rows > 0
+        ones = pa.array([1] * rows.num_rows, pa.int64())
+        pq.write_table(pa.table({"src": rows["src"], "dst": rows["dst"], "edge_type_id": rows["edge_type_id"],
+                                 "count": ones, "first_ts": rows["last_ts"], "last_ts": rows["last_ts"],
+                                 "weight": rows["weight"]}), delta)
+        summary = _build_pair(con, DAY0 + timedelta(days=5), settings, full_settings, tmp_path / "c", tmp_path / "c-full",
+                              [inc / STATE_DIR])
+    assert summary.provenance.mode == "incremental"
+    assert _state_parts(tmp_path / "c") == ["edges.parquet", "edges-1.parquet", "edges-2.parquet"]
+
+
 @pytest.mark.parametrize("change", ["ts", "dst"])
 def test_an_event_replaced_in_a_covered_day_makes_the_state_stale(tiny, tmp_path, change):
     """Same number of events that day, so only the checksum can tell: the state is not advanced. The

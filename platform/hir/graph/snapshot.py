@@ -26,8 +26,8 @@ the edges at any cut-off ``T'`` are the stored ones summed per key with their we
 by the decay from ``R`` to ``T'``: counts add, first/last times take the min/max. The edges are kept
 as *parts*: a base part and one small delta part per increment, all with weights as of the same
 ``R``. An increment therefore reads the events of ``[T, T')`` only and writes their rows (one per
-event or transition, count 1: a day's events barely aggregate) as a new part; the earlier parts are
-hard links into the new state, not rewritten. The parts are merged when
+event or transition, without the count 1 and the first time, which is the last: a day's events barely
+aggregate) as a new part; the earlier parts are hard links into the new state, not rewritten. The parts are merged when
 the snapshot is written, and compacted into one base part (``R = T'``) every
 :data:`COMPACT_PARTS` parts, when the edge types (and so their ids) changed, and before the weights
 as of ``R`` would leave the range of ``exp()`` (:data:`MAX_EXPONENT`). That equals the full
@@ -99,8 +99,6 @@ FULL_REBUILD_START = "-infinity"  # the window start of a full rebuild: all hist
 # DuckDB's default snappy + dictionary, written in under half the time; they are read once, the next day.
 STATE_FORMAT = "(FORMAT parquet, COMPRESSION uncompressed, DICTIONARY_SIZE_LIMIT 1)"
 
-# The half-lives from the settings, registered per call: (edge_type, half_life_days).
-HALF_LIVES = "snapshot_half_lives"
 # The edge types of a stored state, registered while snap_state_types is made of them:
 # (state_type_id, edge_type_id, rate), the state's type ids mapped to the current ones.
 STATE_TYPES = "snapshot_state_types"
@@ -109,19 +107,18 @@ STATE_TYPES = "snapshot_state_types"
 RATE = "ln(2.0) / (86400e6 * half_life_days)"
 
 # Edge types over the whole warehouse (the event types of its day fingerprints, snap_event_days, and
-# the relations), so ids are stable across partitions: 0-based id in name
-# order, the half-life in days (the setting's default for a type it does not list), the decay
-# rate ln 2 / half-life per microsecond and whether it is a sequence event type. followed_by is a
-# type whenever sequence events are configured, whether or not any occur yet.
+# the relations), so ids are stable across partitions: 0-based id in name order, the half-life in days
+# (from the settings' map $half_lives, the default for a type it does not list) and the decay rate
+# ln 2 / half-life per microsecond. followed_by is a type whenever sequence events are configured,
+# whether or not any occur yet. The half-lives are a MAP parameter: registering them as a table cost
+# about 1 ms a snapshot more.
 EDGE_TYPES = f"""
-SELECT edge_type, edge_type_id, half_life_days, {RATE} AS rate,
-       list_contains(CAST($sequence_events AS VARCHAR[]), edge_type) AS sequence
-FROM (SELECT t.edge_type,
-             row_number() OVER (ORDER BY t.edge_type) - 1 AS edge_type_id,
-             coalesce(h.half_life_days, $default_half_life) AS half_life_days
+SELECT edge_type, edge_type_id, half_life_days, {RATE} AS rate
+FROM (SELECT edge_type,
+             row_number() OVER (ORDER BY edge_type) - 1 AS edge_type_id,
+             coalesce(CAST($half_lives AS MAP(VARCHAR, DOUBLE))[edge_type], $default_half_life) AS half_life_days
       FROM (SELECT event_type AS edge_type FROM snap_event_days UNION SELECT relation FROM relations
-            UNION SELECT '{FOLLOWED_BY}' WHERE len(CAST($sequence_events AS VARCHAR[])) > 0) t
-      LEFT JOIN snapshot_half_lives h USING (edge_type))
+            UNION SELECT '{FOLLOWED_BY}' WHERE len(CAST($sequence_events AS VARCHAR[])) > 0))
 """
 
 # The weight as of the reference time R (the cut-off, but in a delta part) of an event at ``ts`` whose
@@ -144,27 +141,40 @@ WHERE previous IS NOT NULL AND previous <> dst
 # incremental step at the cut-off of the state it advances.
 WINDOW = "ts >= CAST($start AS TIMESTAMPTZ) AND ts < $cutoff"
 
-# The window's sequence events, kept for the transitions and the new sequence state. The window is
-# read from the log twice (here and for the edges), not copied into a table first: a zone-mapped
-# range scan of the warehouse costs less than writing and re-reading the copy.
-FRESH_SEQUENCES = f"""
-SELECT e.src, e.event_type, e.dst, e.ts
-FROM events e
-JOIN snap_edge_types t ON t.edge_type = e.event_type AND t.sequence
-WHERE {WINDOW}
+# Each user's last item per sequence event type in a stored state (by ts, then dst): the newest
+# over its sequence parts. {users} narrows them (to the users and types of the window's sequence events).
+STATE_SEQUENCES = """
+SELECT src, event_type, last.dst AS dst, last.ts AS ts
+FROM (SELECT src, event_type, max({{'ts': ts, 'dst': dst}}) AS last
+      FROM read_parquet($sequence_parts) {users}
+      GROUP BY src, event_type)
 """
 
-# Transitions whose later event lies in the window. The first event of a user and type in the
-# window follows that user's last item of the type before it (snap_prev_sequences: one row per
-# user and type, all before the window; empty in a full rebuild), which lag() sees first.
+# The sequences of a step (snap_sequences), in one window function: each sequence event of the window
+# (``fresh``) and the base's last item per user and type before it ({previous}: none in a full rebuild,
+# every user in a compaction, the window's users in an increment), with the item before it in its user's
+# sequence of that type (by ts, then dst) and whether it is the last there. The transitions and the new
+# last items are both read from this one table: apart (two temp tables, a window for the transitions and
+# an aggregation for the last items) they cost an increment several ms more, most of it the fixed cost of
+# each DuckDB statement and operator on a day's few thousand rows. The window is read from the log twice
+# (here and for the edges), not copied into a table first: a zone-mapped range scan of the warehouse
+# costs less than writing and re-reading the copy.
+SEQUENCES = f"""
+WITH fresh AS (SELECT src, event_type, dst, ts
+               FROM events
+               WHERE {WINDOW} AND list_contains(CAST($sequence_events AS VARCHAR[]), event_type))
+SELECT src, event_type, dst, ts, lag(dst) OVER w AS previous, lead(ts) OVER w IS NULL AS last
+FROM (SELECT src, event_type, dst, ts FROM fresh{{previous}})
+WINDOW w AS (PARTITION BY src, event_type ORDER BY ts, dst)
+"""
+# The {previous} of SEQUENCES from a base state: its last items, of the window's users only or of all.
+PREVIOUS = " UNION ALL " + STATE_SEQUENCES
+WINDOW_USERS = "SEMI JOIN fresh USING (src, event_type)"
+
+# Transitions whose later event lies in the window, as (previous item, item, ts of the later event):
+# the first event of a user and type in the window follows that user's last item before it.
 STEP_TRANSITIONS = """
-SELECT previous AS src, dst, ts
-FROM (SELECT dst, ts, lag(dst) OVER (PARTITION BY src, event_type ORDER BY ts, dst) AS previous
-      FROM (SELECT src, event_type, dst, ts FROM snap_fresh_sequences
-            UNION ALL
-            SELECT p.src, p.event_type, p.dst, p.ts
-            FROM snap_prev_sequences p SEMI JOIN snap_fresh_sequences f USING (src, event_type)))
-WHERE previous IS NOT NULL AND previous <> dst
+SELECT previous AS src, dst, ts FROM snap_sequences WHERE previous IS NOT NULL AND previous <> dst
 """
 
 # One row per event of the window with its type id and its decayed weight as of the reference time;
@@ -204,12 +214,13 @@ UNION ALL
 {AGGREGATED.format(rows=EVENT_ROWS.format(types=f"AND e.event_type = '{FOLLOWED_BY}'") + " UNION ALL " + TRANSITION_ROWS)}
 """
 
-# The window's event and transition rows as an edge part, one row per event (count 1), not
-# aggregated: a delta part. A day's events aggregate into almost as many edges (about 1.3 events
-# an edge on the bench's log), so aggregating them would cost more than it saves; the parts are
-# summed per key when they are read (STATE_EDGES).
+# The window's event and transition rows as an edge part, one row per event, not aggregated: a
+# delta part. A day's events aggregate into almost as many edges (about 1.3 events an edge on the
+# bench's log), so aggregating them would cost more than it saves; the parts are summed per key when
+# they are read (STATE_EDGES). A row's count (1) and first time (its last_ts) are left out: DuckDB's
+# writer spends about 1.5 ms a column on a day's rows, and they said nothing.
 STEP_ROWS = f"""
-SELECT src, dst, edge_type_id, CAST(1 AS BIGINT) AS count, ts AS first_ts, ts AS last_ts, weight
+SELECT src, dst, edge_type_id, ts AS last_ts, weight
 FROM ({EVENT_ROWS.format(types="")} UNION ALL {TRANSITION_ROWS})
 """
 
@@ -218,11 +229,14 @@ STATE_TYPE_RATES = f"SELECT state_type_id, edge_type_id, {RATE} AS rate FROM {ST
 
 # A stored state's edges at the cut-off, in the type ids of snap_state_types: its parts summed per
 # key, the summed weight (as of the state's reference time) decayed to the cut-off by one multiplication.
+# The parts are read by column name: a delta part has no count and first_ts (NULL here), its rows
+# count 1 and start at their last_ts; the base part has every column.
 STATE_EDGES = """
 SELECT s.src, s.dst, m.edge_type_id,
-       CAST(sum(s.count) AS BIGINT) AS count, min(s.first_ts) AS first_ts, max(s.last_ts) AS last_ts,
+       CAST(sum(coalesce(s.count, 1)) AS BIGINT) AS count, min(coalesce(s.first_ts, s.last_ts)) AS first_ts,
+       max(s.last_ts) AS last_ts,
        sum(s.weight) * exp((epoch_us($state_reference) - epoch_us($cutoff)) * m.rate) AS weight
-FROM read_parquet($parts) s
+FROM read_parquet($parts, union_by_name = true) s
 JOIN snap_state_types m ON m.state_type_id = s.edge_type_id
 GROUP BY s.src, s.dst, m.edge_type_id, m.rate
 """
@@ -244,26 +258,9 @@ FROM ({STATE_EDGES}) a
 FULL JOIN ({STEP_EDGES}) b USING (src, dst, edge_type_id)
 """
 
-# Each user's last item per sequence event type in a stored state (by ts, then dst): the newest
-# over its sequence parts. {users} narrows them (to the users and types of the window's sequence events).
-STATE_SEQUENCES = """
-SELECT src, event_type, last.dst AS dst, last.ts AS ts
-FROM (SELECT src, event_type, max({{'ts': ts, 'dst': dst}}) AS last
-      FROM read_parquet($sequence_parts) {users}
-      GROUP BY src, event_type)
-"""
-
-# Each user's last item per sequence event type before the cut-off (by ts, then dst), over the
-# window's sequence events and the base's last items (snap_prev_sequences): all users for a base
-# part, only the window's for a delta part (a sequence part per increment, like the edges).
-STEP_SEQUENCES = """
-SELECT src, event_type, last.dst AS dst, last.ts AS ts
-FROM (SELECT src, event_type, max({'ts': ts, 'dst': dst}) AS last
-      FROM (SELECT src, event_type, dst, ts FROM snap_fresh_sequences
-            UNION ALL
-            SELECT src, event_type, dst, ts FROM snap_prev_sequences)
-      GROUP BY src, event_type)
-"""
+# Each user's last item per sequence event type before the cut-off: all users in a base part, only the
+# window's in a delta part (a sequence part per increment, like the edges).
+STEP_SEQUENCES = "SELECT src, event_type, dst, ts FROM snap_sequences WHERE last"
 
 # The fingerprint of every UTC day of the events before $before (see hir.graph.warehouse): the
 # whole days from snap_event_days, the day of $before up to it (where $before is not midnight) from a
@@ -489,29 +486,21 @@ def _days_before(before: datetime) -> dict:
     return {"before": before, "before_day": day, "before_day_start": _day_start(day)}
 
 
-def prepare_edge_types(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
-    """Create the temp table ``snap_edge_types(edge_type, edge_type_id, half_life_days, rate, sequence)``
-    (after :func:`prepare_event_days`, whose event types it reads).
+def prepare_edge_types(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[tuple[str, float, float]]:
+    """Create the temp table ``snap_edge_types(edge_type, edge_type_id, half_life_days, rate)`` (after
+    :func:`prepare_event_days`, whose event types it reads) and return its rows by id as
+    ``(edge_type, half_life_days, rate)``, read once for every use of a step in Python.
 
-    The half-lives of ``settings.half_life_days`` are registered as a small Arrow table for the
-    join; a type they do not list gets ``settings.default_half_life_days``. ``followed_by`` is a
-    type when ``settings.sequence_events`` names any event type.
+    A type ``settings.half_life_days`` does not list gets ``settings.default_half_life_days``.
+    ``followed_by`` is a type when ``settings.sequence_events`` names any event type.
     """
-    types = sorted(settings.half_life_days)
-    table = pa.table(
-        {
-            "edge_type": pa.array(types, pa.string()),
-            "half_life_days": pa.array([settings.half_life(t) for t in types], pa.float64()),
-        }
+    half_lives = {t: settings.half_life(t) for t in sorted(settings.half_life_days)}
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE snap_edge_types AS {EDGE_TYPES}",
+        {"half_lives": {"key": list(half_lives), "value": list(half_lives.values())},
+         "default_half_life": float(settings.default_half_life_days), "sequence_events": settings.sequence_event_types},
     )
-    con.register(HALF_LIVES, table)
-    try:
-        con.execute(
-            f"CREATE OR REPLACE TEMP TABLE snap_edge_types AS {EDGE_TYPES}",
-            {"default_half_life": float(settings.default_half_life_days), "sequence_events": settings.sequence_event_types},
-        )
-    finally:
-        con.unregister(HALF_LIVES)
+    return con.execute("SELECT edge_type, half_life_days, rate FROM snap_edge_types ORDER BY edge_type_id").fetchall()
 
 
 def copy_to_parquet(con: duckdb.DuckDBPyConnection, query: str, path: Path, params: dict | None = None) -> None:
@@ -552,10 +541,10 @@ def read_state(folder: str | Path) -> EdgeState | None:
     )
 
 
-def _compatible(con: duckdb.DuckDBPyConnection, state: EdgeState, settings: Settings) -> bool:
-    """Whether ``state`` was built with today's half-lives, sequence event types and day checksum (all its
-    types still exist)."""
-    current = dict(con.execute("SELECT edge_type, half_life_days FROM snap_edge_types").fetchall())
+def _compatible(state: EdgeState, settings: Settings, types: list[tuple[str, float, float]]) -> bool:
+    """Whether ``state`` was built with today's half-lives (``types``, see :func:`prepare_edge_types`),
+    sequence event types and day checksum (all its types still exist)."""
+    current = {name: half_life for name, half_life, _ in types}
     return state.sequence_events == settings.sequence_event_types and state.day_checksum == DAY_CHECKSUM and all(
         t in current and current[t] == state.half_life_days.get(t) for t in state.edge_types
     )
@@ -568,9 +557,10 @@ def _day_start(day: int) -> datetime:
     return _EPOCH + timedelta(days=day)
 
 
-def choose_base(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings: Settings,
-                states: Sequence[str | Path]) -> tuple[EdgeState | None, Provenance]:
-    """The newest usable state among ``states`` (folders, newest first) for a snapshot at ``cutoff``.
+def choose_base(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings: Settings, states: Sequence[str | Path],
+                types: list[tuple[str, float, float]]) -> tuple[EdgeState | None, Provenance]:
+    """The newest usable state among ``states`` (folders, newest first) for a snapshot at ``cutoff``, with
+    the current edge ``types`` (:func:`prepare_edge_types`).
 
     A state is usable when its cut-off is before ``cutoff``, it was built with the current
     half-lives, sequence event types and day checksum, and the fingerprint of every day before its
@@ -582,7 +572,7 @@ def choose_base(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings: Sett
     limit, stale, first_late, late = cutoff, [], None, 0
     for folder in states:
         state = read_state(folder)
-        if state is None or not state.cutoff < cutoff or not _compatible(con, state, settings):
+        if state is None or not state.cutoff < cutoff or not _compatible(state, settings, types):
             continue
         if state.cutoff > limit:  # it covers the first changed day too
             stale.append(state.folder)
@@ -616,8 +606,8 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
 
     * the edge parts (``edges.parquet``, then ``edges-1.parquet`` …): ``src, dst, edge_type_id, count,
       first_ts, last_ts, weight`` — event and transition edges (no relations) in entity ids, the weight
-      as of the reference time; a key can be in several parts, and several times in a delta part
-      (:data:`STATE_EDGES` merges them);
+      as of the reference time; a key can be in several parts, and several times in a delta part, whose
+      rows are single events without ``count`` and ``first_ts`` (:data:`STATE_EDGES` merges them);
     * the sequence parts (``sequences.parquet``, then ``sequences-1.parquet`` …): ``src, event_type, dst,
       ts`` — each user's last item per sequence type, a delta part holding the window's users only
       (:data:`STATE_SEQUENCES` takes the newest);
@@ -641,9 +631,10 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
         old.unlink()  # before: its parts may be links into another state, which writing over them would change
     try:
         prepare_event_days(con, settings)
-        prepare_edge_types(con, settings)
-        base, provenance = choose_base(con, cutoff, settings, states) if settings.snapshot_incremental else (None, Provenance("full"))
-        append = base is not None and _appendable(con, base, cutoff)
+        types = prepare_edge_types(con, settings)
+        base, provenance = (choose_base(con, cutoff, settings, states, types) if settings.snapshot_incremental
+                            else (None, Provenance("full")))
+        append = base is not None and _appendable(base, cutoff, types)
         reference = base.reference if append else cutoff
         parts = [*base.edge_parts, f"edges-{len(base.edge_parts)}.parquet"] if append else [BASE_PART]
         sequence_parts = [*base.sequence_parts, f"sequences-{len(base.sequence_parts)}.parquet"] if append else [BASE_SEQUENCES]
@@ -653,42 +644,43 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
             "start": base.cutoff if base else FULL_REBUILD_START,
             "sequence_events": settings.sequence_event_types,
             **(_state_values(base) if base else {}),
+            "sequence_parts": [str(base.folder / name) for name in base.sequence_parts] if base else [],
             **_days_before(cutoff),
         }
-        con.execute(f"CREATE OR REPLACE TEMP TABLE snap_fresh_sequences AS {FRESH_SEQUENCES}", _bind(FRESH_SEQUENCES, values))
-        _load_previous(con, base, append)
+        sequences = SEQUENCES.format(previous=PREVIOUS.format(users=WINDOW_USERS if append else "") if base else "")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE snap_sequences AS {sequences}", _bind(sequences, values))
         if append:
             for name in [*base.edge_parts, *base.sequence_parts]:
                 _link(base.folder / name, folder / name)
+        elif base:
+            _load_state_types(con, base, {name: i for i, (name, _, _) in enumerate(types)})
         edges = STEP_ROWS if append else ADVANCED_EDGES if base else STEP_EDGES
         for query, name in ((edges, parts[-1]), (STEP_SEQUENCES, sequence_parts[-1]), (DAYS_BEFORE, "days.parquet")):
             con.execute(f"COPY ({query}) TO $path {STATE_FORMAT}", {**_bind(query, values), "path": str(folder / name)})
     finally:
         drop_event_days(con)
-        for table in ("snap_fresh_sequences", "snap_prev_sequences", "snap_state_types"):
+        for table in ("snap_sequences", "snap_state_types"):
             con.execute(f"DROP TABLE IF EXISTS {table}")
-    types = con.execute("SELECT edge_type, half_life_days FROM snap_edge_types ORDER BY edge_type_id").fetchall()
     write_json(folder / "state.json", {
         "cutoff_iso": cutoff.isoformat(),
         "reference_iso": reference.isoformat(),
         "edge_parts": parts,
         "sequence_parts": sequence_parts,
-        "edge_types": [name for name, _ in types],
-        "half_life_days": dict(types),
+        "edge_types": [name for name, _, _ in types],
+        "half_life_days": {name: half_life for name, half_life, _ in types},
         "sequence_events": settings.sequence_event_types,
         "day_checksum": DAY_CHECKSUM,
     })
     return provenance
 
 
-def _appendable(con: duckdb.DuckDBPyConnection, base: EdgeState, cutoff: datetime) -> bool:
+def _appendable(base: EdgeState, cutoff: datetime, types: list[tuple[str, float, float]]) -> bool:
     """Whether the step from ``base`` to ``cutoff`` can add a part rather than compact: ``base`` has fewer
-    than :data:`COMPACT_PARTS` parts, its type ids are the current ones (every part shares them) and the
-    decay from its reference time to ``cutoff`` stays within :data:`MAX_EXPONENT`."""
-    types = con.execute("SELECT edge_type, rate FROM snap_edge_types ORDER BY edge_type_id").fetchall()
+    than :data:`COMPACT_PARTS` parts, its type ids are the current ones (``types``, every part shares
+    them) and the decay from its reference time to ``cutoff`` stays within :data:`MAX_EXPONENT`."""
     span_us = (cutoff - base.reference).total_seconds() * 1e6
-    return (len(base.edge_parts) < COMPACT_PARTS and [name for name, _ in types] == base.edge_types
-            and max((rate for _, rate in types), default=0.0) * span_us < MAX_EXPONENT)
+    return (len(base.edge_parts) < COMPACT_PARTS and [name for name, _, _ in types] == base.edge_types
+            and max((rate for _, _, rate in types), default=0.0) * span_us < MAX_EXPONENT)
 
 
 def _link(source: Path, target: Path) -> None:
@@ -698,18 +690,6 @@ def _link(source: Path, target: Path) -> None:
         os.link(source, target)
     except OSError:
         shutil.copyfile(source, target)
-
-
-def _load_previous(con: duckdb.DuckDBPyConnection, base: EdgeState | None, window_users: bool) -> None:
-    """``snap_prev_sequences`` of ``base`` (empty without one; with ``window_users``, only the users and
-    types of ``snap_fresh_sequences``), and its ``snap_state_types`` mapped to the current type ids."""
-    con.execute("CREATE OR REPLACE TEMP TABLE snap_prev_sequences (src BIGINT, event_type VARCHAR, dst BIGINT, ts TIMESTAMPTZ)")
-    if base is None:
-        return
-    users = "SEMI JOIN snap_fresh_sequences USING (src, event_type)" if window_users else ""
-    con.execute(f"INSERT INTO snap_prev_sequences {STATE_SEQUENCES.format(users=users)}",
-                {"sequence_parts": [str(base.folder / name) for name in base.sequence_parts]})
-    _load_state_types(con, base, dict(con.execute("SELECT edge_type, edge_type_id FROM snap_edge_types").fetchall()))
 
 
 def _load_state_types(con: duckdb.DuckDBPyConnection, state: EdgeState, ids: dict[str, int]) -> None:
