@@ -89,6 +89,17 @@ def test_run_reports_the_issue_figures(data_home):
     assert (data_home / "bench" / "snapshot_events_4000_0.duckdb").exists()
 
 
+def test_a_runs_output_is_removed_before_the_next_one_is_timed(tmp_path):
+    """The asset writes each state into a new scratch folder: the next run must not pay for deleting it."""
+    folder, file = tmp_path / "state", tmp_path / "pandas.parquet"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "edges.parquet").write_bytes(b"x")
+    file.write_bytes(b"x")
+    for path in (folder, file, tmp_path / "never-written"):
+        bench._remove(path)
+        assert not path.exists()
+
+
 def test_run_without_pandas_reports_duckdb_only(data_home):
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
