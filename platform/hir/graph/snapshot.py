@@ -27,8 +27,8 @@ by the decay from ``R`` to ``T'``: counts add, first/last times take the min/max
 as *parts*: a base part and one small delta part per increment, all with weights as of the same
 ``R``. An increment therefore reads the events of ``[T, T')`` only and writes their rows (one per
 event or transition, without the count 1 and the first time, which is the last: a day's events barely
-aggregate) as a new part; the earlier parts are hard links into the new state, not rewritten. The parts are merged when
-the snapshot is written, and compacted into one base part (``R = T'``) every
+aggregate) as a new part; the earlier parts are hard links into the new state, not rewritten. The
+parts are merged when the snapshot is written, and compacted into one base part (``R = T'``) every
 :data:`COMPACT_PARTS` parts, when the edge types (and so their ids) changed, and before the weights
 as of ``R`` would leave the range of ``exp()`` (:data:`MAX_EXPONENT`). That equals the full
 recomputation (weights up to float rounding). A state is used
