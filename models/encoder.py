@@ -54,6 +54,9 @@ class EncoderConfig:
         max_hop: hops beyond this share the last hop embedding.
         max_distance: tree distances beyond this share the last distance bias.
         dt_frequencies: sinusoid frequencies for the edge's time since last interaction.
+        pooled_ids: add the view's pooled hashed ids to the representation
+            (:meth:`~hir.models.model.HIRModel.pooled_ids`); off in checkpoints written before it
+            existed, which this default rebuilds exactly.
     """
 
     dim: int = 128
@@ -70,6 +73,7 @@ class EncoderConfig:
     max_hop: int = 3
     max_distance: int = 6
     dt_frequencies: int = 8
+    pooled_ids: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -123,6 +123,11 @@ class Settings:
     # encoder dropout while training: off, since one pass over the examples does not overfit (on Amazon
     # Beauty 0 gave Recall@10 0.0451 against 0.0436 at 0.1) and the masks cost ~7 % of a step
     train_dropout: float = 0.0
+    # add each view's pooled hashed ids to the representation where the snapshot has no world
+    # knowledge (hir.models.model.HIRModel.pooled_ids): on the Taobao log, ids only, hir's Recall@50
+    # went 0.0152 -> 0.0314 (ALS 0.0373); with world knowledge it lowered Recall@10 (Amazon Beauty
+    # 0.0517 -> 0.0387, synthetic 0.1471 -> 0.1351), so the content path alone stays there
+    train_pooled_ids: bool = True
     train_coarse: int = 8  # K1 coarse prototypes
     train_fine: int = 48  # K2 fine prototypes
     train_lr: float = 0.005

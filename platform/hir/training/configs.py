@@ -37,7 +37,8 @@ def training_configs(settings: Settings, graph, wk_dim: int = 0, device_type: st
             funnel weights, candidate pool, prior), recency and schedule, ``HIR_SEED``,
             ``HIR_FINETUNE_STEPS``.
         graph: the snapshot (a ``TemporalGraph``); its node and edge types size the encoder.
-        wk_dim: width of the world-knowledge vectors (0: none).
+        wk_dim: width of the world-knowledge vectors (0: none; only then are the ids pooled, see
+            ``HIR_TRAIN_POOLED_IDS``).
         device_type: ``"cpu"`` or ``"cuda"``; picks the training attention backend.
         warm_start: checkpoint folder to fine-tune from ("" trains from scratch).
     """
@@ -55,7 +56,8 @@ def training_configs(settings: Settings, graph, wk_dim: int = 0, device_type: st
         finetune_steps=settings.finetune_steps,
     )
     encoder = encoder_config_for(graph, settings.train_dim, settings.train_layers, settings.train_heads, wk_dim=wk_dim,
-                                 dropout=settings.train_dropout)
+                                 dropout=settings.train_dropout,
+                                 pooled_ids=settings.train_pooled_ids and not wk_dim)
     sampler = SamplerConfig(broad_tokens=settings.train_broad_tokens, narrow_tokens=settings.train_narrow_tokens,
                             broad_recent=settings.train_broad_recent, narrow_recent=settings.train_narrow_recent)
     return TrainingConfigs(train, encoder, sampler)
