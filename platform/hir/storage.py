@@ -3,7 +3,9 @@
 Every artefact is written to a temporary name beside its target, then renamed. A reader never
 sees a half-written file, and a process killed mid-write leaves the previous version in place.
 Partition folders are replaced whole: the new folder is built aside and swapped in, so
-re-materialising a partition replaces exactly that partition's files.
+re-materialising a partition replaces exactly that partition's files. A scratch name holds its
+writer's process id (``.<name>.tmp-<pid>-<hex>``): what a killed writer left beside a target is
+removed by the next write of that target (:func:`_sweep_dead`), while a live writer's is kept.
 """
 
 from __future__ import annotations
@@ -126,8 +128,30 @@ class Artifacts:
         return self.folder(asset, partition) / RESULTS_FILE
 
 
-def _tmp_sibling(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+def _tmp_sibling(path: Path, kind: str = "tmp") -> Path:
+    return path.with_name(f".{path.name}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def _sweep_dead(path: Path) -> None:
+    """Remove the scratch siblings of ``path`` whose writer is dead (a SIGKILL skips every cleanup)."""
+    for sibling in path.parent.glob(f".{path.name}.*-*-*"):
+        kind, _, rest = sibling.name[len(path.name) + 2:].partition("-")
+        pid = rest.partition("-")[0]
+        if kind in ("tmp", "old") and pid.isdigit() and not _alive(int(pid)):
+            if sibling.is_dir():
+                shutil.rmtree(sibling, ignore_errors=True)
+            else:
+                sibling.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -135,6 +159,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path; on success it is fsynced and renamed onto ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _sweep_dead(path)
     tmp = _tmp_sibling(path)
     try:
         yield tmp
@@ -177,13 +202,14 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     """Build a folder aside and swap it in for ``path`` on success (the old one is removed)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _sweep_dead(path)
     tmp = _tmp_sibling(path)
     tmp.mkdir()
     try:
         yield tmp
         old = None
         if path.exists():
-            old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
+            old = _tmp_sibling(path, "old")
             os.replace(path, old)
         os.replace(tmp, path)
         if old is not None:
