@@ -4,16 +4,19 @@ Every artefact is written to a temporary name beside its target, then renamed. A
 sees a half-written file, and a process killed mid-write leaves the previous version in place.
 Partition folders are replaced whole: the new folder is built aside and swapped in, so
 re-materialising a partition replaces exactly that partition's files. A scratch name holds its
-writer's process id (``.<name>.tmp-<pid>-<hex>``): what a killed writer left beside a target is
-removed by the next write of that target (:func:`_sweep_dead`), while a live writer's is kept.
+writer's host and process id (``.<name>.tmp-<host>-<pid>-<hex>``): what a killed writer of this
+host left beside a target is removed by the next write of that target (:func:`_sweep_dead`), while
+a live writer's, or another host's (a pod on a shared volume), is kept.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import shutil
+import socket
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -129,7 +132,7 @@ class Artifacts:
 
 
 def _tmp_sibling(path: Path, kind: str = "tmp") -> Path:
-    return path.with_name(f".{path.name}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    return path.with_name(f".{path.name}.{kind}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 
 def _alive(pid: int) -> bool:
@@ -144,10 +147,11 @@ def _alive(pid: int) -> bool:
 
 def _sweep_dead(path: Path) -> None:
     """Remove the scratch siblings of ``path`` whose writer is dead (a SIGKILL skips every cleanup)."""
-    for sibling in path.parent.glob(f".{path.name}.*-*-*"):
+    host = socket.gethostname()
+    for sibling in path.parent.glob(f".{glob.escape(path.name)}.*-*-*-*"):
         kind, _, rest = sibling.name[len(path.name) + 2:].partition("-")
-        pid = rest.partition("-")[0]
-        if kind in ("tmp", "old") and pid.isdigit() and not _alive(int(pid)):
+        writer, pid, _ = rest.rsplit("-", 2)
+        if kind in ("tmp", "old") and writer == host and pid.isdigit() and not _alive(int(pid)):
             if sibling.is_dir():
                 shutil.rmtree(sibling, ignore_errors=True)
             else:

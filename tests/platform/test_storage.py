@@ -75,8 +75,9 @@ def test_the_dagster_resource_delegates_to_the_catalogue(tmp_path):
 
 def test_a_killed_writers_scratch_is_swept_by_the_next_write_and_a_live_ones_kept(tmp_path):
     """SIGKILL skips every cleanup: the next write of the same target removes a dead writer's scratch
-    folder and file, never a live writer's (a kill-and-rerun then leaves nothing behind)."""
+    folder and file, never a live writer's or another host's (a kill-and-rerun leaves nothing behind)."""
     import os
+    import socket
     import subprocess
 
     from hir.storage import atomic_dir, write_json
@@ -84,18 +85,20 @@ def test_a_killed_writers_scratch_is_swept_by_the_next_write_and_a_live_ones_kep
     dead = subprocess.Popen(["true"])
     dead.wait()
     target = tmp_path / "2026-01-26"
-    stale_dir = tmp_path / f".2026-01-26.tmp-{dead.pid}-0badc0de"
-    stale_old = tmp_path / f".2026-01-26.old-{dead.pid}-0badc0df"
-    live = tmp_path / f".2026-01-26.tmp-{os.getpid()}-0badc0e0"
-    other = tmp_path / f".2026-01-27.tmp-{dead.pid}-0badc0e1"  # another target's
-    for folder in (stale_dir, stale_old, live, other):
+    host = socket.gethostname()
+    stale_dir = tmp_path / f".2026-01-26.tmp-{host}-{dead.pid}-0badc0de"
+    stale_old = tmp_path / f".2026-01-26.old-{host}-{dead.pid}-0badc0df"
+    live = tmp_path / f".2026-01-26.tmp-{host}-{os.getpid()}-0badc0e0"
+    elsewhere = tmp_path / f".2026-01-26.tmp-another-pod-7-{dead.pid}-0badc0e3"  # a pid of another host
+    other = tmp_path / f".2026-01-27.tmp-{host}-{dead.pid}-0badc0e1"  # another target's
+    for folder in (stale_dir, stale_old, live, elsewhere, other):
         (folder / "part").mkdir(parents=True)
         (folder / "part" / "half.parquet").write_bytes(b"PAR1")
-    stale_file = tmp_path / f".meta.json.tmp-{dead.pid}-0badc0e2"
+    stale_file = tmp_path / f".meta.json.tmp-{host}-{dead.pid}-0badc0e2"
     stale_file.write_bytes(b"{")
     with atomic_dir(target) as scratch:
         (scratch / "x.json").write_text("{}")
     write_json(tmp_path / "meta.json", {"ok": True})
     assert (target / "x.json").exists()
     assert not stale_dir.exists() and not stale_old.exists() and not stale_file.exists()
-    assert live.exists() and other.exists()
+    assert live.exists() and elsewhere.exists() and other.exists()
