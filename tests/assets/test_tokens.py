@@ -365,3 +365,18 @@ def test_unknown_keys_give_one_line_errors(built, capsys, argv):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_query_bags_made_in_chunks_equal_one_pass(monkeypatch):
+    """Queries are scored a chunk at a time (memory: a chunk × paths, not every query × paths)."""
+    from hir.tokens import bom
+
+    gen = np.random.default_rng(0)
+    queries, centres = gen.normal(size=(10, 4)), gen.normal(size=(30, 4))
+    tokens = np.arange(100, 130)
+    whole = bom.query_bags(queries, tokens, centres, 5)
+    monkeypatch.setattr(bom, "QUERY_CHUNK", 3)
+    chunked = bom.query_bags(queries, tokens, centres, 5)
+    assert np.array_equal(whole[0], chunked[0])
+    assert np.allclose(whole[1], chunked[1], rtol=1e-5, atol=1e-6)  # a float32 matmul's blocking follows its shape
+    assert bom.query_bags(queries[:0], tokens, centres, 5)[0].shape == (0, 5)

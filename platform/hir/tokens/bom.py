@@ -53,6 +53,7 @@ SERVING_TYPES = ("ad", "campaign", "advertiser", "product")
 DESCRIPTION_TYPES = ("category", "genre")
 SATURATION = 1.2  # k₁ of the BM25-like saturation of token mass
 QUERY_FLOOR = 1e-3  # ε: the weight of a query bag's last probed token (:func:`query_bags`)
+QUERY_CHUNK = 1024  # queries scored at once in query_bags: its scores and their ranks, not n × paths, stay in memory
 
 
 def codes_setting(settings: Settings) -> list[int]:
@@ -354,10 +355,17 @@ def query_bags(queries: np.ndarray, tokens: np.ndarray, centres: np.ndarray, pro
     Returns:
         ``(tokens [n, P], weights [n, P])``, best first, ``P = min(probes, len(tokens))``.
     """
-    scores = np.asarray(queries, np.float32) @ np.asarray(centres, np.float32).T
+    queries, centres = np.asarray(queries, np.float32), np.asarray(centres, np.float32)
     kept = min(probes, tokens.size)
-    if kept == 0:
-        return np.zeros((scores.shape[0], 0), np.int64), np.zeros((scores.shape[0], 0), np.float32)
+    if kept == 0 or len(queries) == 0:
+        return np.zeros((len(queries), kept), np.int64), np.zeros((len(queries), kept), np.float32)
+    parts = [_nearest_paths(queries[i:i + QUERY_CHUNK], tokens, centres, kept) for i in range(0, len(queries), QUERY_CHUNK)]
+    return np.concatenate([t for t, _ in parts]), np.concatenate([w for _, w in parts])
+
+
+def _nearest_paths(queries: np.ndarray, tokens: np.ndarray, centres: np.ndarray, kept: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`query_bags` of one chunk of queries (``kept`` ≥ 1 tokens each)."""
+    scores = queries @ centres.T
     best = np.argpartition(-scores, kept - 1, axis=1)[:, :kept] if kept < tokens.size else np.tile(np.arange(kept), (scores.shape[0], 1))
     values = np.take_along_axis(scores, best, 1)
     order = np.argsort(-values, axis=1, kind="stable")
