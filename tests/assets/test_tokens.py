@@ -242,7 +242,7 @@ def _tiny_probe():
     quantizer = HierarchicalQuantizer(QuantizerConfig(dim=2, codes=[2, 2]), codebooks)
     codes = np.array([[0, 0], [0, 1], [1, 0], [0, 0], [1, 1]])
     types = np.array(["product"] * 4 + ["ad"], dtype=object)
-    return QueryProbe(quantizer, codes, types, {"user": [0.0, 0.0]})
+    return QueryProbe(quantizer, codes, types, {"user": [0.0, 0.0], "product": [0.0, 0.0], "ad": [0.0, 0.0]})
 
 
 def test_a_query_bag_probes_the_finest_tokens_of_the_target_type_nearest_the_query():
@@ -251,13 +251,40 @@ def test_a_query_bag_probes_the_finest_tokens_of_the_target_type_nearest_the_que
     probe = _tiny_probe()
     fine = token_ids(torch.tensor([[0, 0], [0, 1], [1, 0], [1, 1]]), [2, 2])[:, 1].numpy()
     tokens, weights = probe.bags(np.array([[3.0, 4.0]]), "user", "product", 2)
-    # the unit query (.6, .8): (0,0) 1.0, (0,1) 0.2, (1,0) −0.2; the ad's (1,1) is not a product path
+    # cosines of the query (.6, .8) with (1, .5), (1, −.5), (−1, .5) over their norm √1.25: 1.0, 0.2, −0.2;
+    # the ad's (1,1) is not a product path
     assert tokens.tolist() == [[fine[0], fine[1]]]
-    assert np.allclose(weights, [[1.0 - 0.2 + QUERY_FLOOR, QUERY_FLOOR]])
+    assert np.allclose(weights, [[(1.0 - 0.2) / np.sqrt(1.25) + QUERY_FLOOR, QUERY_FLOOR]])
     tokens, _ = probe.bags(np.array([[3.0, 4.0]]), "user", "ad", 5)
     assert tokens.tolist() == [[fine[3]]]
     matrix = probe.matrix(np.array([[3.0, 4.0], [0.0, 0.0]]), "user", "product", 3, np.sort(fine[:2]))
     assert matrix.shape == (2, 2) and matrix[1].nnz == 0 and matrix[0].nnz == 2  # unknown token, no vector: left out
+
+
+def test_a_query_bag_scores_paths_by_the_cosine_of_their_items_not_by_the_centred_codes():
+    """Unit items ``μ + ρ v`` around a type mean ``μ`` (``v`` unit and orthogonal to it, the codewords):
+    the path directions are the items themselves, so the bag's weights are the query's cosines with
+    them, as the dense scorer ranks them, whatever the users' mean; the query centred on its type's
+    mean and scored against the centred codes ``v`` would rank the paths otherwise."""
+    from hir.models.quantizer import HierarchicalQuantizer, QuantizerConfig
+    from hir.tokens.bom import QUERY_FLOOR, QueryProbe, centre, path_directions
+
+    offset, radius = 0.6, 0.8
+    v = np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.0, -1.0, 0.0], [0.0, 0.0, -1.0]], np.float32)
+    items = offset * np.eye(3, dtype=np.float32)[0] + radius * v
+    quantizer = HierarchicalQuantizer(QuantizerConfig(dim=3, codes=[4]), [torch.from_numpy(v)])
+    mean = items.mean(0)
+    assert np.allclose(path_directions(v, mean), items, atol=1e-6)
+    probe = QueryProbe(quantizer, np.arange(4)[:, None], np.array(["product"] * 4, dtype=object),
+                       {"user": [0.0, 0.9, 0.0], "product": mean.tolist()})
+    query = np.array([[-2.0, 1.0, 0.5]], np.float32)
+    tokens, weights = probe.bags(query, "user", "product", 4)
+    cosines = (items @ query[0]) / np.linalg.norm(query)
+    order = np.argsort(-cosines)
+    fine = token_ids(torch.arange(4)[:, None], [4])[:, 0].numpy()
+    assert tokens[0].tolist() == fine[order].tolist()
+    assert np.allclose(weights[0], cosines[order] - cosines[order][-1] + QUERY_FLOOR, atol=1e-6)
+    assert np.argsort(-(v @ centre(query, [0.0, 0.9, 0.0])[0])).tolist() != order.tolist()
 
 
 def test_query_bags_over_every_path_rank_items_as_their_reconstruction_does():

@@ -96,9 +96,10 @@ def test_a_bag_scorer_validates_its_temperature_only_when_asked():
 
     train, validation, _, _ = _popular_decoy()
     bags = sp.csr_matrix(np.eye(3))
-    users = sp.csr_matrix(np.array([[0.0, 1.0, 0.0], [0.0, 1.0, 0.0]]))
+    # both users reach the decoy (overlap 0.3) and item 1 (overlap 1): item 1 first needs 0.7 / τ > log(21) − log(2)
+    users = sp.csr_matrix(np.array([[0.3, 1.0, 0.0], [0.3, 1.0, 0.0]]))
     assert BagScorer(users, bags, 0.5).fit(train, validation).temperature == 0.5
-    assert BagScorer(users, bags, 0.5, validation_queries=validation).fit(train, validation).temperature < 0.43
+    assert BagScorer(users, bags, 0.5, validation_queries=validation).fit(train, validation).temperature < 0.3
 
 
 def test_a_bag_scorer_validates_with_the_validation_bags_not_the_serving_ones():
@@ -106,11 +107,23 @@ def test_a_bag_scorer_validates_with_the_validation_bags_not_the_serving_ones():
 
     train, validation, _, _ = _popular_decoy()
     bags = sp.csr_matrix(np.eye(3))
-    seen = sp.csr_matrix(np.array([[0.0, 1.0, 0.0]] * 2))  # serving bags that saw the validation item
-    unseen = sp.csr_matrix(np.array([[0.0, 0.0, 1.0]] * 2))  # bags made at the cut-off point elsewhere
+    seen = sp.csr_matrix(np.array([[0.3, 1.0, 0.0]] * 2))  # serving bags that saw the validation item
+    unseen = sp.csr_matrix(np.array([[0.3, 0.0, 1.0]] * 2))  # bags made at the cut-off point elsewhere
     fitted = BagScorer(seen, bags, 0.5, validation_queries=validation, validation_bags=unseen).fit(train, validation)
-    assert fitted.temperature >= 0.5  # with the serving bags it would fall below 0.43 (the test above)
+    assert fitted.temperature >= 0.5  # with the serving bags it would fall below 0.3 (the test above)
     assert fitted.user_bags is not unseen and (fitted.user_bags != seen).nnz == 0
+
+
+def test_a_bag_scorer_ranks_only_what_the_tokens_reach_above_the_rest():
+    """As the index does: an item no token of the user's bag reaches comes after every reached item,
+    however popular; among the unreached, the prior orders."""
+    import scipy.sparse as sp
+
+    train, _, _, _ = _popular_decoy()  # item 0 holds 20 of the 21 takes
+    users = sp.csr_matrix(np.array([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]))  # user 1's bag is empty
+    scores = BagScorer(users, sp.csr_matrix(np.eye(3)), 100.0).fit(train).score(np.array([0, 1]), train)
+    assert scores[0].argsort(descending=True).tolist() == [2, 0, 1]  # overlap 0.01 + log(1) beats log(21)
+    assert scores[1].argsort(descending=True).tolist() == [0, 1, 2]  # nothing reached: popularity
 
 
 def test_the_temperature_is_tuned_on_the_queries_given_not_on_the_fit_validation():

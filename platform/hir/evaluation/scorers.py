@@ -76,6 +76,7 @@ SEQUENCE_FAMILY = ("sasrec", "hir_seq", "sasrec_text", "sasrec_als")  # SASRec a
 # against the item prior is the one scoring setting the data decides (Beauty's validation picks
 # 0.5 T; the synthetic ecosystem's validation window 1.41 T, where its test window also ranks best).
 TEMPERATURE_SCALES = tuple(round(2 ** (k / 2), 4) for k in range(-4, 3))  # 0.25 … 2
+UNREACHED = 1e4  # what hir_bom takes off the items a user's tokens do not reach (far below any overlap / τ)
 TEMPERATURE_SAMPLE = 512  # users whose cosines against every item fit hir_bom's starting τ
 HEADLINE_SCORER = "hir"
 HEADLINE_RULE = ("the top-level figures are always hir's own, the user's entity embedding (the hir scorer), "
@@ -172,7 +173,10 @@ class BagScorer(Scorer):
 
     The overlap of unit-norm token bags (:mod:`hir.tokens.bom`: the score the BoM index computes)
     over the bags' temperature ``τ``, plus the same item log prior as :class:`PriorCorrectedScorer`.
-    ``τ`` is the one stored with the bags (fitted to the embedding's scale).
+    ``τ`` is the one stored with the bags (fitted to the embedding's scale). As in the index
+    (:meth:`hir.models.index.InvertedIndex.search`), only the items a user's tokens reach are
+    candidates: the others rank below every one of them (by prior), where a popular item the tokens
+    miss would otherwise outrank the far end of the candidates.
 
     With ``validation_queries`` (queries the ``validation_bags`` have not seen: :func:`tuning_queries`)
     :meth:`fit` rescales ``τ`` on them as :class:`PriorCorrectedScorer` does
@@ -208,8 +212,8 @@ class BagScorer(Scorer):
         return self
 
     def score(self, users, history):
-        overlap = (self.user_bags[np.asarray(users)] @ self.item_bags_t).toarray()
-        return torch.from_numpy(overlap.astype(np.float32)) / self.temperature + self.log_prior
+        overlap = torch.from_numpy((self.user_bags[np.asarray(users)] @ self.item_bags_t).toarray().astype(np.float32))
+        return torch.where(overlap > 0, overlap / self.temperature + self.log_prior, self.log_prior - UNREACHED)
 
 
 def tuning_queries(split: Split):

@@ -30,9 +30,11 @@ fits ``τ``; ``p_i`` the item's decayed engagement), as the dense scorer scores
 
 Query bags. A query (a user asking for items) does not use its own bag, which holds its own path and
 so reaches only the items of its own cell: it probes the ``bom_query_probes`` finest tokens of the
-target type nearest its embedding (:func:`query_bags`, :class:`QueryProbe`), as an IVF probes its
-nearest lists; its overlap with the items' own bags then ranks them, with its own ``τ``
-(:func:`query_temperature`).
+target type nearest its embedding by the dense scorer's cosine (:func:`query_bags`,
+:func:`path_directions`, :class:`QueryProbe`), as an IVF probes its nearest lists; its overlap with
+the items' own bags then ranks them, with its own ``τ`` (:func:`query_temperature`). The index ranks
+only the items a query's tokens reach (:class:`~hir.models.index.InvertedIndex`), and so does the
+evaluation's ``hir_bom``.
 """
 
 from __future__ import annotations
@@ -102,11 +104,15 @@ def read_embeddings(path: Path) -> Embeddings:
     )
 
 
+def _unit(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm (zero rows stay zero)."""
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+
 def centre(vectors: np.ndarray, mean) -> np.ndarray:
     """``normalise(x̂ − μ)`` with ``x̂ = x / ||x||``: rows placed as the quantizer saw their type."""
-    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-    centred = unit - np.asarray(mean, dtype=unit.dtype)
-    return centred / np.maximum(np.linalg.norm(centred, axis=1, keepdims=True), 1e-12)
+    unit = _unit(vectors)
+    return _unit(unit - np.asarray(mean, dtype=unit.dtype))
 
 
 def centre_per_type(vectors: np.ndarray, types: np.ndarray) -> tuple[np.ndarray, dict[str, list[float]]]:
@@ -114,7 +120,7 @@ def centre_per_type(vectors: np.ndarray, types: np.ndarray) -> tuple[np.ndarray,
 
     Returns the centred rows and ``{type: μ_type}`` (to centre new entities the same way).
     """
-    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    unit = _unit(vectors)
     out, means = np.empty_like(unit), {}
     for kind in np.unique(types):
         rows = types == kind
@@ -310,7 +316,7 @@ def bag_temperature(vectors: np.ndarray, bags, types: np.ndarray, temperature: f
         return float(temperature)
     u = rng.choice(user_rows, min(users, user_rows.size), replace=False)
     i = rng.choice(item_rows, min(items, item_rows.size), replace=False)
-    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    unit = _unit(vectors)
     return overlap_temperature(unit[u] @ unit[i].T, (bags[u] @ bags[i].T).toarray(), temperature)
 
 
@@ -343,15 +349,16 @@ def type_paths(quantizer, codes: np.ndarray, types: np.ndarray, wanted: str, siz
 def query_bags(queries: np.ndarray, tokens: np.ndarray, centres: np.ndarray, probes: int) -> tuple[np.ndarray, np.ndarray]:
     """Query bags for retrieval: each query's ``probes`` finest tokens nearest it (multi-probe).
 
-    A query ``x`` (centred as the quantised rows, :func:`centre_per_type`) holds the finest tokens
-    ``p`` of the target type with the highest ``s_p = ⟨x, Σ_m C_m[p]⟩`` (:func:`type_paths`), weighted
-    ``s_p − s_(probes) + ε``: an IVF's probe of its nearest lists, as tokens, so that overlap with
-    an item's bag ranks the items of those lists by how near their path is, and the matched tokens
-    explain it. A user's own bag (its own path) only reaches the items of its own cell.
+    A query ``x`` holds the finest tokens ``p`` of the target type with the highest ``s_p = ⟨x, c_p⟩``,
+    ``c_p`` the path's point (:class:`QueryProbe` passes unit queries and :func:`path_directions`, so
+    ``s_p`` is the dense scorer's cosine), weighted ``s_p − s_(probes) + ε``: an IVF's probe of its
+    nearest lists, as tokens, so that overlap with an item's bag ranks the items of those lists by how
+    near their path is, and the matched tokens explain it. A user's own bag (its own path) only
+    reaches the items of its own cell.
 
     Args:
-        queries: ``[n, d]`` centred query vectors. tokens, centres: the target type's finest tokens
-            and their reconstructions. probes: tokens per query (all when fewer exist).
+        queries: ``[n, d]`` query vectors. tokens, centres: the target type's finest tokens and their
+            points. probes: tokens per query (all when fewer exist).
     Returns:
         ``(tokens [n, P], weights [n, P])``, best first, ``P = min(probes, len(tokens))``.
     """
@@ -373,6 +380,24 @@ def _nearest_paths(queries: np.ndarray, tokens: np.ndarray, centres: np.ndarray,
     return tokens[best], (values - values[:, -1:] + QUERY_FLOOR).astype(np.float32)
 
 
+def path_directions(centres: np.ndarray, mean) -> np.ndarray:
+    """The unit item direction of each path: ``normalise(μ + ρ c_p)``, ``ρ = √(1 − ||μ||²)``.
+
+    The quantizer encodes a unit item ``x̂`` of a type as ``x' = normalise(x̂ − μ)`` (:func:`centre`),
+    so ``x̂ = μ + r x'`` with ``r = ||x̂ − μ||``, which the codes do not keep. Since ``μ`` is the mean of
+    the type's ``x̂``, the mean of ``r²`` over the type is ``1 − ||μ||²`` exactly; ``ρ`` is that RMS
+    radius. A query scored against these directions by cosine ranks paths as the dense scorer ranks
+    their items (``cos(u, i)``); scored against the centred ``c_p`` it would add ``−⟨μ_query, c_p⟩``,
+    a bias by path, and ignore the type's offset.
+
+    Args:
+        centres: ``[P, d]`` path reconstructions in the centred space (:func:`type_paths`).
+        mean: ``μ`` of the paths' type (``d`` floats).
+    """
+    mu = np.asarray(mean, np.float32)
+    return _unit(mu + np.sqrt(max(1.0 - float(mu @ mu), 0.0)) * np.asarray(centres, np.float32))
+
+
 @dataclass
 class QueryProbe:
     """What query bags are made of in one partition (:func:`query_bags`): its quantizer, every
@@ -386,13 +411,15 @@ class QueryProbe:
 
     def bags(self, vectors: np.ndarray, query_type: str, target_type: str, probes: int) -> tuple[np.ndarray, np.ndarray]:
         """Query bags of ``vectors`` (embeddings of ``query_type`` entities) over the finest tokens of
-        ``target_type``: ``(tokens [n, P], weights [n, P])``."""
+        ``target_type``: ``(tokens [n, P], weights [n, P])``, each path scored by the cosine of the
+        query with the path's item direction (:func:`path_directions`), the dense scorer's ``cos(u, i)``."""
         if query_type not in self.means:
             raise SettingsError(f"the quantizer saw no {query_type!r} entities; types: {', '.join(sorted(self.means))}")
         if target_type not in self._paths:
-            self._paths[target_type] = type_paths(self.quantizer, self.codes, self.types, target_type, self.quantizer.config.codes)
-        tokens, centres = self._paths[target_type]
-        return query_bags(centre(vectors, self.means[query_type]), tokens, centres, probes)
+            tokens, centres = type_paths(self.quantizer, self.codes, self.types, target_type, self.quantizer.config.codes)
+            self._paths[target_type] = tokens, path_directions(centres, self.means[target_type])
+        tokens, directions = self._paths[target_type]
+        return query_bags(_unit(np.asarray(vectors, np.float32)), tokens, directions, probes)
 
     def matrix(self, vectors: np.ndarray, query_type: str, target_type: str, probes: int, token_of_column: np.ndarray):
         """:meth:`bags` as a ``[n, T]`` CSR over the columns ``token_of_column`` (sorted token ids);
@@ -432,7 +459,7 @@ def query_temperature(probe: QueryProbe, vectors: np.ndarray, types: np.ndarray,
     if not user_rows.size or not kinds or "user" not in probe.means:
         return float(temperature)
     u = np.random.default_rng(seed).choice(user_rows, min(users, user_rows.size), replace=False)
-    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    unit = _unit(vectors)
     cos, overlap = [], []
     for kind in kinds:
         items = np.flatnonzero(types == kind)
