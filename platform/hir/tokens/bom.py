@@ -59,7 +59,7 @@ QUERY_CHUNK = 1024  # queries scored at once in query_bags: its scores and their
 
 
 def codes_setting(settings: Settings) -> list[int]:
-    """``bom_codes`` (``"16,64,256"``) as codewords per level; a clear error when malformed."""
+    """``bom_codes`` (``"16,64,256,256"``) as codewords per level; a clear error when malformed."""
     try:
         codes = [int(p) for p in settings.bom_codes.split(",") if p.strip()]
     except ValueError:
