@@ -261,6 +261,15 @@ def test_a_query_bag_probes_the_finest_tokens_of_the_target_type_nearest_the_que
     assert matrix.shape == (2, 2) and matrix[1].nnz == 0 and matrix[0].nnz == 2  # unknown token, no vector: left out
 
 
+def test_a_query_bag_of_a_type_the_quantizer_never_saw_is_a_clear_error():
+    from hir.errors import SettingsError
+
+    probe = _tiny_probe()
+    for query_type, target_type in (("campaign", "product"), ("user", "campaign")):
+        with pytest.raises(SettingsError, match="saw no 'campaign' entities"):
+            probe.bags(np.array([[1.0, 0.0]]), query_type, target_type, 2)
+
+
 def test_a_query_bag_scores_paths_by_the_cosine_of_their_items_not_by_the_centred_codes():
     """Unit items ``μ + ρ v`` around a type mean ``μ`` (``v`` unit and orthogonal to it, the codewords):
     the path directions are the items themselves, so the bag's weights are the query's cosines with

@@ -413,8 +413,9 @@ class QueryProbe:
         """Query bags of ``vectors`` (embeddings of ``query_type`` entities) over the finest tokens of
         ``target_type``: ``(tokens [n, P], weights [n, P])``, each path scored by the cosine of the
         query with the path's item direction (:func:`path_directions`), the dense scorer's ``cos(u, i)``."""
-        if query_type not in self.means:
-            raise SettingsError(f"the quantizer saw no {query_type!r} entities; types: {', '.join(sorted(self.means))}")
+        for kind in (query_type, target_type):
+            if kind not in self.means:
+                raise SettingsError(f"the quantizer saw no {kind!r} entities; types: {', '.join(sorted(self.means))}")
         if target_type not in self._paths:
             tokens, centres = type_paths(self.quantizer, self.codes, self.types, target_type, self.quantizer.config.codes)
             self._paths[target_type] = tokens, path_directions(centres, self.means[target_type])
