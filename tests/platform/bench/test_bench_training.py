@@ -84,3 +84,13 @@ def test_the_refresh_bench_scores_each_trained_engagement_once_with_its_type_and
     assert (etype == click).all()
     src, dst, _ = refresh.scored_pairs(day2, pairs, {"click": 1.0}, new_only=True)
     assert set(zip(src.tolist(), dst.tolist())) == clicks - existing
+
+
+def test_the_refresh_bench_trains_the_settings_model_unless_a_size_is_given():
+    settings = Settings.from_env().replace(train_dim=48, train_layers=3, train_heads=2, finetune_steps=7)
+    default = refresh._training_settings(_args(refresh, []), settings)
+    assert (default.train_dim, default.train_layers, default.train_heads, default.finetune_steps) == (48, 3, 2, 7)
+    assert (default.train_steps, default.train_batch) == (600, 64)
+    assert (default.train_broad_tokens, default.train_narrow_tokens) == (settings.train_broad_tokens, settings.train_narrow_tokens)
+    given = refresh._training_settings(_args(refresh, "--dim 16 --layers 1 --heads 4 --finetune-steps 3 --steps 9".split()), settings)
+    assert (given.train_dim, given.train_layers, given.train_heads, given.finetune_steps, given.train_steps) == (16, 1, 4, 3, 9)

@@ -9,6 +9,11 @@ snapshot, each pair once and asked with its own type) against random entities of
 destination's type; ``warm_new_pair_auc`` keeps the pairs with no edge between them yet:
 ``time_ratio = warm_s / scratch_s``, target ≤ 0.2 at an AUC no more than 0.01 below scratch.
 
+Both runs train the settings' model and views (width, layers, heads, view sizes: what the
+product trains) for the benchmark's step budget (``--steps`` batches of ``--batch`` examples; the
+product's own one-epoch budget is a handful of steps on this small graph); the warm start runs the
+settings' ``finetune_steps``. A size on the command line replaces the settings' one.
+
 Data: the synthetic source and the snapshot SQL (``--graph synthetic``, the default) in a
 temporary data home, or a planted graph generated in torch (``--graph planted``).
 """
@@ -31,12 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--events", type=int, default=100_000, help="synthetic events to generate")
     parser.add_argument("--days", type=int, default=10, help="days of generated events")
     parser.add_argument("--users", type=int, default=1500, help="planted graph users (items = users / 2)")
-    parser.add_argument("--steps", type=int, default=150, help="steps from scratch")
-    parser.add_argument("--finetune-steps", type=int, default=25, help="steps of the warm start")
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--dim", type=int, default=32)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=600, help="steps from scratch")
+    parser.add_argument("--finetune-steps", type=int, default=0, help="steps of the warm start (0: the settings')")
+    parser.add_argument("--batch", type=int, default=64, help="examples per step")
+    parser.add_argument("--dim", type=int, default=0, help="encoder width (0: the settings')")
+    parser.add_argument("--layers", type=int, default=0, help="encoder layers (0: the settings')")
+    parser.add_argument("--heads", type=int, default=0, help="attention heads (0: the settings')")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
 
@@ -79,11 +84,12 @@ def _planted_days(args: argparse.Namespace, home: Path):
 
 
 def _training_settings(args: argparse.Namespace, settings: Settings) -> Settings:
-    """The settings' training run at this benchmark's sizes."""
+    """The settings' training run (the product's model and views) at this benchmark's step budget;
+    a size given on the command line replaces the settings' one."""
+    sizes = {"finetune_steps": args.finetune_steps, "train_dim": args.dim, "train_layers": args.layers, "train_heads": args.heads}
     return settings.replace(
-        train_steps=args.steps, train_batch=args.batch, seed=args.seed, finetune_steps=args.finetune_steps,
-        train_checkpoint_every=10 * args.steps, train_dim=args.dim, train_layers=args.layers,
-        train_heads=args.heads, train_broad_tokens=48, train_narrow_tokens=12,
+        train_steps=args.steps, train_batch=args.batch, seed=args.seed, train_checkpoint_every=10 * args.steps,
+        **{name: value for name, value in sizes.items() if value},
     )
 
 
