@@ -24,7 +24,7 @@ World knowledge per token comes from :func:`gather_wk` (rows of a table indexed 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 from hir.models.attention import BiasedSelfAttention, TokenStructure, bias_index
@@ -57,6 +57,14 @@ class EncoderConfig:
         pooled_ids: add the view's pooled hashed ids to the representation
             (:meth:`~hir.models.model.HIRModel.pooled_ids`); off in checkpoints written before it
             existed, which this default rebuilds exactly.
+        recency_weight: ``ρ`` at the start of training (it is learnt), the weight a ``recency_type``
+            anchor's pooled content and ids add to its newest entries
+            (:func:`~hir.models.model.pooling_weights`); 0: off, as in checkpoints written before it.
+        recency_half_rank: ``h`` at the start of training (learnt): the ``r``-th newest entry adds
+            ``ρ · 2^(−r/h)``.
+        recency_type: node type id of the anchors whose pooling weighs recency (the users), -1 none.
+        recency_edge_types: edge type ids of the entries ranked by recency (the engagements, not
+            the impressions beside them); empty: every edge type.
     """
 
     dim: int = 128
@@ -74,6 +82,10 @@ class EncoderConfig:
     max_distance: int = 6
     dt_frequencies: int = 8
     pooled_ids: bool = False
+    recency_weight: float = 0.0
+    recency_half_rank: float = 1.0
+    recency_type: int = -1
+    recency_edge_types: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -285,6 +285,9 @@ class Trainer:
         losses["eng"] = eng
         parts = {f"loss_{name}": float(value.detach()) for name, value in losses.items()}
         parts["eng_margin"] = float(pos.mean() - neg.mean())
+        recency = self.student.recency()
+        if recency is not None:  # the users' recency pooling as learnt so far
+            parts["recency_weight"], parts["recency_half_rank"] = (float(x.detach()) for x in recency)
         self._last = (outputs[0], pos, neg)
         return losses, parts
 

@@ -128,6 +128,11 @@ class Settings:
     # went 0.0152 -> 0.0314 (ALS 0.0373); with world knowledge it lowered Recall@10 (Amazon Beauty
     # 0.0517 -> 0.0387, synthetic 0.1471 -> 0.1351), so the content path alone stays there
     train_pooled_ids: bool = True
+    # weight a user's pooled content and ids give its newest engagements, rho * 2^(-r / half_rank) for
+    # the r-th newest (hir.models.model.pooling_weights): the start of both, which training learns
+    # (0: off, the walk's landing probabilities alone)
+    train_recency_pool: float = 16.0
+    train_recency_half_rank: float = 1.0
     train_coarse: int = 8  # K1 coarse prototypes
     train_fine: int = 48  # K2 fine prototypes
     train_lr: float = 0.005

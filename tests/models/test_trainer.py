@@ -1,6 +1,7 @@
 """The trainer on a small planted graph: learning, no collapse, engagement, checkpoints and resume, warm
 start, interest clusters learnt from the graph."""
 
+import dataclasses
 import json
 
 import pytest
@@ -12,7 +13,7 @@ from hir.models.engagement import auc
 from hir.models.inference import embed_all
 from hir.models.losses import usage_entropy
 from hir.models.model import TrainConfig, encoder_config_for
-from hir.models.planted import planted_events, snapshot_at, split_edges
+from hir.models.planted import PlantedEvents, planted_events, snapshot_at, split_edges
 from hir.models.sampler import SamplerConfig
 from hir.models.trainer import Trainer
 from safetensors.torch import load_file
@@ -219,3 +220,36 @@ def test_pooled_ids_let_bare_ids_rank_held_out_items(tmp_path):
         emb = torch.nn.functional.normalize(embed_all(train_graph, model, SAMPLER, backend="dense", batch_size=128).embedding, dim=1)
         held_auc[pooled] = auc((emb[src] * emb[dst]).sum(1), (emb[src] * emb[fake]).sum(1))
     assert held_auc[True] > held_auc[False] + 0.03
+
+
+def _ring_events(users: int = 200, items: int = 60, per_user: int = 8, seed: int = 0) -> PlantedEvents:
+    """Each user clicks ``per_user`` consecutive items of a ring, twelve hours apart: the next
+    engagement is the item after the last one."""
+    g = torch.Generator().manual_seed(seed)
+    start = torch.randint(0, items, (users,), generator=g).repeat_interleave(per_user)
+    step = torch.arange(per_user).repeat(users)
+    end = 1_767_225_600.0
+    ts = end - 7 * 86_400 + torch.rand(users, generator=g, dtype=torch.float64).repeat_interleave(per_user) * 86_400 + step * 43_200.0
+    n = users + items
+    src = torch.arange(users).repeat_interleave(per_user)
+    return PlantedEvents(entity_id=torch.arange(n) + 1, entity_type=(torch.arange(n) >= users).long(),
+                         coarse=torch.zeros(n, dtype=torch.long), fine=torch.zeros(n, dtype=torch.long),
+                         src=src, dst=users + (start + step) % items, edge_type=torch.ones_like(src), ts=ts)
+
+
+def test_the_recency_pooling_learns_how_much_the_newest_engagement_matters(tmp_path):
+    """Users who click along a ring (the next item follows the last) learn to pool their newest
+    click above all (ρ from 1 to hundreds); users who click items of their interests in no order
+    learn to pool by the walk alone (ρ towards 0)."""
+    mixture = planted_events(users=200, items=60, coarse=4, fine_per_coarse=2, events_per_user=8, p_fine=0.8, p_coarse=0.15)
+    mixture = dataclasses.replace(mixture, edge_type=torch.ones_like(mixture.edge_type))  # clicks, as on the ring
+    sampler = dataclasses.replace(SAMPLER, broad_recent=8, narrow_recent=4)
+    learnt = {}
+    for name, events in (("ring", _ring_events()), ("mixture", mixture)):
+        graph, _ = snapshot_at(events, float(events.ts.max()) + 1)
+        encoder = encoder_config_for(graph, dim=16, layers=1, heads=2, hash_buckets=2048, dropout=0.0, pooled_ids=True, recency_weight=1.0)
+        trainer = Trainer(graph, tiny_config(steps=150, batch_size=64, lr=2e-2, pool_size=64), encoder, sampler, tmp_path / name)
+        result = trainer.fit()
+        learnt[name] = float(trainer.student.recency()[0].detach())
+        assert result.metrics[-1]["recency_weight"] == pytest.approx(learnt[name], rel=0.2)
+    assert learnt["ring"] > 20 and learnt["mixture"] < 0.2

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from hir.models.encoder import EncoderConfig
+from hir.models.examples import parse_funnel_weights
 from hir.models.model import TrainConfig, encoder_config_for
 from hir.models.sampler import SamplerConfig
 from hir.settings import Settings
@@ -23,6 +24,14 @@ class TrainingConfigs(NamedTuple):
     sampler: SamplerConfig
 
 
+def engagement_edge_types(graph, funnel_weights: str) -> list[int]:
+    """Ids of the snapshot's edge types with a positive funnel weight (a user's engagements); all of
+    them where none has one, as a log of views alone trains on its views."""
+    weights = parse_funnel_weights(funnel_weights)
+    engaged = [i for i, name in enumerate(graph.edge_types) if weights.get(name, 0) > 0]
+    return engaged or list(range(len(graph.edge_types)))
+
+
 def training_backend(device_type: str) -> str:
     """FlexAttention trains on GPU; on CPU it has no backward, so training there is dense."""
     return "flex" if device_type == "cuda" else "dense"
@@ -34,7 +43,7 @@ def training_configs(settings: Settings, graph, wk_dim: int = 0, device_type: st
 
     Args:
         settings: the ``HIR_TRAIN_*`` sizes, loss weights, next-engagement task (target types,
-            funnel weights, candidate pool, prior), recency and schedule, ``HIR_SEED``,
+            funnel weights, candidate pool, prior), recency (views and pooling) and schedule, ``HIR_SEED``,
             ``HIR_FINETUNE_STEPS``.
         graph: the snapshot (a ``TemporalGraph``); its node and edge types size the encoder.
         wk_dim: width of the world-knowledge vectors (0: none; only then are the ids pooled, see
@@ -57,7 +66,9 @@ def training_configs(settings: Settings, graph, wk_dim: int = 0, device_type: st
     )
     encoder = encoder_config_for(graph, settings.train_dim, settings.train_layers, settings.train_heads, wk_dim=wk_dim,
                                  dropout=settings.train_dropout,
-                                 pooled_ids=settings.train_pooled_ids and not wk_dim)
+                                 pooled_ids=settings.train_pooled_ids and not wk_dim,
+                                 recency_weight=settings.train_recency_pool, recency_half_rank=settings.train_recency_half_rank,
+                                 recency_edge_types=engagement_edge_types(graph, train.funnel_weights))
     sampler = SamplerConfig(broad_tokens=settings.train_broad_tokens, narrow_tokens=settings.train_narrow_tokens,
                             broad_recent=settings.train_broad_recent, narrow_recent=settings.train_narrow_recent)
     return TrainingConfigs(train, encoder, sampler)

@@ -11,3 +11,17 @@ def test_ids_are_pooled_only_where_there_is_no_world_knowledge():
     assert training_configs(settings, graph, wk_dim=0).encoder.pooled_ids
     assert not training_configs(settings, graph, wk_dim=384).encoder.pooled_ids
     assert not training_configs(settings.replace(train_pooled_ids=False), graph, wk_dim=0).encoder.pooled_ids
+
+
+def test_a_users_engagements_rank_by_recency_not_its_impressions():
+    from types import SimpleNamespace
+
+    from hir.training.configs import engagement_edge_types
+
+    graph = SimpleNamespace(edge_types=["click", "followed_by", "impression", "purchase", "view"])
+    assert engagement_edge_types(graph, "impression:0,view:0,click:1,purchase:4") == [0, 3]
+    assert engagement_edge_types(graph, "impression:0,view:0") == [0, 1, 2, 3, 4]  # a log of views alone
+    planted, _ = snapshot_at(planted_events(users=20, items=10, events_per_user=3), 1_767_225_601.0)
+    encoder = training_configs(Settings().replace(train_funnel_weights="view:0,click:1"), planted).encoder
+    assert [planted.edge_types[i] for i in encoder.recency_edge_types] == ["click"]
+    assert encoder.recency_type == planted.node_types.index("user") and encoder.recency_weight == Settings().train_recency_pool
