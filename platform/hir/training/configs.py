@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from hir.errors import SettingsError
 from hir.models.encoder import EncoderConfig
 from hir.models.examples import parse_funnel_weights
 from hir.models.model import TrainConfig, encoder_config_for
@@ -64,6 +65,11 @@ def training_configs(settings: Settings, graph, wk_dim: int = 0, device_type: st
         seed=settings.seed, backend=training_backend(device_type), warm_start=warm_start,
         finetune_steps=settings.finetune_steps,
     )
+    if settings.train_recency_pool < 0 or settings.train_recency_half_rank <= 0:
+        raise SettingsError(
+            f"HIR_TRAIN_RECENCY_POOL={settings.train_recency_pool:g} must be ≥ 0 (0: off) and "
+            f"HIR_TRAIN_RECENCY_HALF_RANK={settings.train_recency_half_rank:g} > 0"
+        )
     encoder = encoder_config_for(graph, settings.train_dim, settings.train_layers, settings.train_heads, wk_dim=wk_dim,
                                  dropout=settings.train_dropout,
                                  pooled_ids=settings.train_pooled_ids and not wk_dim,

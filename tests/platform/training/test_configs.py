@@ -25,3 +25,15 @@ def test_a_users_engagements_rank_by_recency_not_its_impressions():
     encoder = training_configs(Settings().replace(train_funnel_weights="view:0,click:1"), planted).encoder
     assert [planted.edge_types[i] for i in encoder.recency_edge_types] == ["click"]
     assert encoder.recency_type == planted.node_types.index("user") and encoder.recency_weight == Settings().train_recency_pool
+
+
+def test_a_negative_recency_weight_or_a_zero_half_rank_is_a_clear_error():
+    import pytest
+    from hir.errors import SettingsError
+
+    graph, _ = snapshot_at(planted_events(users=20, items=10, events_per_user=3), 1_767_225_601.0)
+    with pytest.raises(SettingsError, match="HIR_TRAIN_RECENCY_POOL=-1"):
+        training_configs(Settings().replace(train_recency_pool=-1.0), graph)
+    with pytest.raises(SettingsError, match="HIR_TRAIN_RECENCY_HALF_RANK=0"):
+        training_configs(Settings().replace(train_recency_half_rank=0.0), graph)
+    assert training_configs(Settings().replace(train_recency_pool=0.0), graph).encoder.recency_weight == 0.0
