@@ -9,10 +9,8 @@ import torch
 from hir.models.encoder import EncoderConfig
 from hir.models.model import HIRModel, TrainConfig, encoder_config_for, pooling_weights, recency_ranks
 
-USER, ITEM = 0, 1
-
-
-CLICK, IMPRESSION = 0, 1
+USER, ITEM = 0, 1  # node types
+CLICK, IMPRESSION = 0, 1  # edge types
 
 
 def _view(anchor_type: int, ages: list[float], rw: list[float], edge_types: list[int] | None = None) -> SimpleNamespace:
@@ -31,10 +29,10 @@ def _view(anchor_type: int, ages: list[float], rw: list[float], edge_types: list
     )
 
 
-def _config(weight: float = 4.0, half_rank: float = 1.0, edge_types: list[int] | None = None) -> EncoderConfig:
+def _config(weight: float = 4.0, half_rank: float = 1.0) -> EncoderConfig:
+    """Users' clicks rank by recency."""
     return EncoderConfig(dim=8, layers=1, heads=2, num_node_types=2, num_edge_types=2, recency_weight=weight,
-                         recency_half_rank=half_rank, recency_type=USER,
-                         recency_edge_types=[CLICK] if edge_types is None else edge_types)
+                         recency_half_rank=half_rank, recency_type=USER, recency_edge_types=[CLICK])
 
 
 def test_recency_ranks_hop_one_tokens_newest_first():
