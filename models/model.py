@@ -181,11 +181,11 @@ def recency_entries(view, edge_types: list[int]) -> torch.Tensor:
     return entries
 
 
-def recency_ranks(view, edge_types: list[int]) -> torch.Tensor:
-    """``[B, S]`` int64: each of the view's :func:`recency_entries` ranked by recency (0 for the
-    newest, by ``edge_dt``; ties in view order, which lists an anchor's newest entries first); the
-    other tokens rank after them."""
-    age = torch.where(recency_entries(view, edge_types), view.edge_dt.double(), torch.inf)
+def recency_ranks(view, entries: torch.Tensor) -> torch.Tensor:
+    """``[B, S]`` int64: each of the view's ``entries`` (a mask from :func:`recency_entries`) ranked
+    by recency (0 for the newest, by ``edge_dt``; ties in view order, which lists an anchor's newest
+    entries first); the other tokens rank after them."""
+    age = torch.where(entries, view.edge_dt.double(), torch.inf)
     order = age.argsort(dim=1, stable=True)
     return torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=order.device).expand_as(order))
 
@@ -206,9 +206,9 @@ def pooling_weights(view, config: EncoderConfig, recency: tuple | None = None) -
     weight = view.rw_prob.clamp(0, 1) + (view.hop == 0).float()
     if recency is not None and config.recency_type >= 0:
         rho, half_rank = recency
-        types = config.recency_edge_types
-        recent = (recency_entries(view, types) & (view.node_type[:, :1] == config.recency_type)).float()
-        weight = weight + rho * recent * torch.exp2(-recency_ranks(view, types).float() / half_rank)
+        entries = recency_entries(view, config.recency_edge_types)
+        recent = (entries & (view.node_type[:, :1] == config.recency_type)).float()
+        weight = weight + rho * recent * torch.exp2(-recency_ranks(view, entries).float() / half_rank)
     return weight * (~view.pad).float()
 
 

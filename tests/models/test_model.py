@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from hir.models.encoder import EncoderConfig
-from hir.models.model import HIRModel, TrainConfig, encoder_config_for, pooling_weights, recency_ranks
+from hir.models.model import HIRModel, TrainConfig, encoder_config_for, pooling_weights, recency_entries, recency_ranks
 
 USER, ITEM = 0, 1  # node types
 CLICK, IMPRESSION = 0, 1  # edge types
@@ -36,15 +36,16 @@ def _config(weight: float = 4.0, half_rank: float = 1.0) -> EncoderConfig:
 
 
 def test_recency_ranks_hop_one_tokens_newest_first():
-    ranks = recency_ranks(_view(USER, [30.0, 5.0, 60.0, 5.0], [0.1] * 4), [])
+    view = _view(USER, [30.0, 5.0, 60.0, 5.0], [0.1] * 4)
+    ranks = recency_ranks(view, recency_entries(view, []))
     assert ranks[0, 1:5].tolist() == [2, 0, 3, 1]  # equal ages keep the view's order
     assert (ranks[0, [0, 5, 6]] >= 4).all()  # the anchor, hop 2 and padding after every hop-1 token
 
 
 def test_only_engagements_rank_by_recency_when_their_types_are_given():
     view = _view(USER, [30.0, 1.0, 5.0, 60.0], [0.1] * 4, [CLICK, IMPRESSION, CLICK, CLICK])
-    assert recency_ranks(view, [CLICK])[0, [1, 3, 4]].tolist() == [1, 0, 2]  # the newer impression does not count
-    assert recency_ranks(view, [])[0, 1:5].tolist() == [2, 0, 1, 3]
+    assert recency_ranks(view, recency_entries(view, [CLICK]))[0, [1, 3, 4]].tolist() == [1, 0, 2]  # the newer impression does not count
+    assert recency_ranks(view, recency_entries(view, []))[0, 1:5].tolist() == [2, 0, 1, 3]
     extra = pooling_weights(view, _config(), (8.0, 1.0)) - pooling_weights(view, _config())
     assert torch.allclose(extra, torch.tensor([[0.0, 4.0, 0.0, 8.0, 2.0, 0.0, 0.0]]))
 
