@@ -65,6 +65,9 @@ class EncoderConfig:
         recency_type: node type id of the anchors whose pooling weighs recency (the users), -1 none.
         recency_edge_types: edge type ids of the entries ranked by recency (the engagements, not
             the impressions beside them); empty: every edge type.
+        pool_direct: a ``recency_type`` anchor pools only its direct neighbours (hop 1: what it
+            engaged with), not its own id nor the walk's further tokens
+            (:func:`~hir.models.model.pooling_weights`); off in checkpoints written before it.
     """
 
     dim: int = 128
@@ -86,6 +89,7 @@ class EncoderConfig:
     recency_half_rank: float = 1.0
     recency_type: int = -1
     recency_edge_types: list[int] = field(default_factory=list)
+    pool_direct: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)

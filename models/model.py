@@ -100,6 +100,8 @@ class HIRModel(nn.Module):
         self.engagement = EngagementHead(dim, num_edge_types, hidden=dim)
         self.content = nn.Sequential(nn.Linear(encoder_config.wk_dim, dim), nn.LayerNorm(dim)) if encoder_config.wk_dim else None
         self.id_norm = nn.LayerNorm(dim) if encoder_config.pooled_ids else None
+        if self.id_norm is not None and encoder_config.wk_dim:  # beside world knowledge the ids start silent
+            nn.init.zeros_(self.id_norm.weight)
         c = encoder_config
         learnt = c.recency_weight > 0 and c.recency_type >= 0
         self.log_recency = nn.Parameter(torch.tensor([math.log(c.recency_weight), math.log(c.recency_half_rank)]) / RECENCY_GAIN) if learnt else None
@@ -117,9 +119,9 @@ class HIRModel(nn.Module):
         :meth:`~hir.models.encoder.NodeEncoder.hashed_id` table) of the view's tokens, pooled with
         the weights ``a_s`` of :func:`pooling_weights`.
 
-        A user's vector is then its own id beside the ids of what it engaged with, and an item's its
-        own id beside its neighbours': the tied item-id term of item-based collaborative filtering, on
-        the same table the tokens use. Through attention alone a rare entity's id, a sliver of a token
+        An item's vector is then its own id beside its neighbours', and a user's the ids of what it
+        engaged with (with the config's ``pool_direct``; its own id beside them without): the tied
+        item-id term of item-based collaborative filtering, on the same table the tokens use. Through attention alone a rare entity's id, a sliver of a token
         beside its type, position, edge and metadata embeddings, barely reached ``h``; on a log of bare
         ids (Taobao) the representation then ranked no better than popularity.
         """
@@ -202,13 +204,20 @@ def pooling_weights(view, config: EncoderConfig, recency: tuple | None = None) -
     learns both: on Amazon Beauty, started at 16 and 1, they end near 4 and 2 (Recall@10 0.052 →
     0.059); on the synthetic ecosystem, whose users draw each engagement from one of their
     interests, near 0.1 (the term fades out; README, "Recency pooling").
+
+    With the config's ``pool_direct`` an anchor of type ``c`` keeps only its hop-1 tokens
+    (``a_s = 0`` for its own token and the walk's further ones): a user has no content of its own,
+    and its own hashed id, trained on a handful of examples, and the other users and items the walk
+    reaches only blur what it engaged with (README, "Users pool what they engaged with").
     """
     weight = view.rw_prob.clamp(0, 1) + (view.hop == 0).float()
+    user = view.node_type[:, :1] == config.recency_type  # all False when recency_type is -1
     if recency is not None and config.recency_type >= 0:
         rho, half_rank = recency
         entries = recency_entries(view, config.recency_edge_types)
-        recent = (entries & (view.node_type[:, :1] == config.recency_type)).float()
-        weight = weight + rho * recent * torch.exp2(-recency_ranks(view, entries).float() / half_rank)
+        weight = weight + rho * (entries & user).float() * torch.exp2(-recency_ranks(view, entries).float() / half_rank)
+    if config.pool_direct:
+        weight = torch.where(user & (view.hop != 1), 0.0, weight)
     return weight * (~view.pad).float()
 
 

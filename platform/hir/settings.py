@@ -123,10 +123,10 @@ class Settings:
     # encoder dropout while training: off, since one pass over the examples does not overfit (on Amazon
     # Beauty 0 gave Recall@10 0.0451 against 0.0436 at 0.1) and the masks cost ~7 % of a step
     train_dropout: float = 0.0
-    # add each view's pooled hashed ids to the representation where the snapshot has no world
-    # knowledge (hir.models.model.HIRModel.pooled_ids): on the Taobao log, ids only, hir's Recall@50
-    # went 0.0152 -> 0.0314 (ALS 0.0373); with world knowledge it lowered Recall@10 (Amazon Beauty
-    # 0.0517 -> 0.0387, synthetic 0.1471 -> 0.1351), so the content path alone stays there
+    # add each view's pooled hashed ids to the representation (hir.models.model.HIRModel.pooled_ids;
+    # beside world knowledge their LayerNorm gain starts at 0), users pooling the ids of what they
+    # engaged with, not their own: on the Taobao log, ids only, hir's Recall@50 went 0.0152 -> 0.0314
+    # (ALS 0.0373); on Amazon Beauty Recall@10 0.0589 -> 0.067 (README, "Users pool what they engaged with")
     train_pooled_ids: bool = True
     # weight a user's pooled content and ids give its newest engagements, rho * 2^(-r / half_rank) for
     # the r-th newest (hir.models.model.pooling_weights): the start of both, which training learns

@@ -1,4 +1,5 @@
-"""HIRModel's pooled content and ids: walk weights, and for users the recency of their entries."""
+"""HIRModel's pooled content and ids: walk weights, and for users the recency of their entries and
+only what they engaged with."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from torch import nn
 from hir.models.encoder import EncoderConfig
 from hir.models.model import HIRModel, TrainConfig, encoder_config_for, pooling_weights, recency_entries, recency_ranks
 
@@ -29,10 +31,10 @@ def _view(anchor_type: int, ages: list[float], rw: list[float], edge_types: list
     )
 
 
-def _config(weight: float = 4.0, half_rank: float = 1.0) -> EncoderConfig:
-    """Users' clicks rank by recency."""
+def _config(weight: float = 4.0, half_rank: float = 1.0, direct: bool = False) -> EncoderConfig:
+    """Users' clicks rank by recency; with ``direct`` users pool their hop-1 tokens only."""
     return EncoderConfig(dim=8, layers=1, heads=2, num_node_types=2, num_edge_types=2, recency_weight=weight,
-                         recency_half_rank=half_rank, recency_type=USER, recency_edge_types=[CLICK])
+                         recency_half_rank=half_rank, recency_type=USER, recency_edge_types=[CLICK], pool_direct=direct)
 
 
 def test_recency_ranks_hop_one_tokens_newest_first():
@@ -65,6 +67,41 @@ def test_other_anchors_pool_by_the_walk_alone():
     assert torch.equal(pooling_weights(view, _config(), (8.0, 1.0)), pooling_weights(view, _config()))
 
 
+def test_a_user_pools_only_its_direct_neighbours_with_pool_direct():
+    view = _view(USER, [30.0, 5.0, 60.0], [0.2, 0.1, 0.3], [CLICK, IMPRESSION, CLICK])
+    walk = pooling_weights(view, _config(), (8.0, 1.0))
+    direct = pooling_weights(view, _config(direct=True), (8.0, 1.0))
+    hop_one = torch.tensor([[False, True, True, True, False, False]])
+    assert torch.equal(direct[hop_one], walk[hop_one])  # the impression keeps its walk weight, the clicks their recency
+    assert direct[~hop_one].eq(0).all()  # not its own id, not the user two hops away
+    item = _view(ITEM, [30.0, 5.0, 60.0], [0.2, 0.1, 0.3])
+    assert torch.equal(pooling_weights(item, _config(direct=True), (8.0, 1.0)), pooling_weights(item, _config()))
+
+
+def test_a_users_pooled_ids_are_those_of_its_direct_neighbours():
+    torch.manual_seed(0)
+    config = _config(direct=True)
+    config.pooled_ids = True
+    model = HIRModel(config, TrainConfig(proj_dim=8, coarse=2, fine=4), num_edge_types=2).eval()
+    nn.init.ones_(model.id_norm.weight)
+    view = _view(USER, [30.0, 5.0], [0.2, 0.1])
+    view.entity_id = torch.tensor([[7, 11, 13, 17, 0]])
+    other = SimpleNamespace(**vars(view))
+    other.entity_id = torch.tensor([[8, 11, 13, 19, 0]])  # another user, another user two hops away
+    assert torch.allclose(model.pooled_ids(view), model.pooled_ids(other))
+    other.entity_id = torch.tensor([[7, 11, 14, 17, 0]])  # another item engaged with
+    assert not torch.allclose(model.pooled_ids(view), model.pooled_ids(other))
+
+
+def test_pooled_ids_start_silent_beside_world_knowledge():
+    config = _config()
+    config.pooled_ids = True
+    alone = HIRModel(config, TrainConfig(proj_dim=8, coarse=2, fine=4), num_edge_types=2)
+    config.wk_dim = 5
+    beside = HIRModel(config, TrainConfig(proj_dim=8, coarse=2, fine=4), num_edge_types=2)
+    assert alone.id_norm.weight.eq(1).all() and beside.id_norm.weight.eq(0).all()
+
+
 def test_a_users_pooled_content_depends_on_the_order_of_its_entries_only_with_recency():
     torch.manual_seed(0)
     wk = torch.randn(1, 6, 5)
@@ -87,8 +124,9 @@ def test_encoder_config_for_finds_the_users_type():
 
 
 def test_a_config_written_before_recency_rebuilds_without_it():
-    old = {k: v for k, v in _config(8.0).to_dict().items() if not k.startswith("recency")}
+    old = {k: v for k, v in _config(8.0, direct=True).to_dict().items() if not k.startswith(("recency", "pool_direct"))}
     assert EncoderConfig.from_dict(old).recency_weight == 0.0
+    assert not EncoderConfig.from_dict(old).pool_direct
 
 
 def test_the_recency_pooling_is_learnt_from_the_configs_start():

@@ -47,8 +47,7 @@ def training_configs(settings: Settings, graph, wk_dim: int = 0, device_type: st
             funnel weights, candidate pool, prior), recency (views and pooling) and schedule, ``HIR_SEED``,
             ``HIR_FINETUNE_STEPS``.
         graph: the snapshot (a ``TemporalGraph``); its node and edge types size the encoder.
-        wk_dim: width of the world-knowledge vectors (0: none; only then are the ids pooled, see
-            ``HIR_TRAIN_POOLED_IDS``).
+        wk_dim: width of the world-knowledge vectors (0: none).
         device_type: ``"cpu"`` or ``"cuda"``; picks the training attention backend.
         warm_start: checkpoint folder to fine-tune from ("" trains from scratch).
     """
@@ -72,7 +71,7 @@ def training_configs(settings: Settings, graph, wk_dim: int = 0, device_type: st
         )
     encoder = encoder_config_for(graph, settings.train_dim, settings.train_layers, settings.train_heads, wk_dim=wk_dim,
                                  dropout=settings.train_dropout,
-                                 pooled_ids=settings.train_pooled_ids and not wk_dim,
+                                 pooled_ids=settings.train_pooled_ids, pool_direct=True,
                                  recency_weight=settings.train_recency_pool, recency_half_rank=settings.train_recency_half_rank,
                                  recency_edge_types=engagement_edge_types(graph, train.funnel_weights))
     sampler = SamplerConfig(broad_tokens=settings.train_broad_tokens, narrow_tokens=settings.train_narrow_tokens,

@@ -5,11 +5,12 @@ from hir.settings import Settings
 from hir.training.configs import training_configs
 
 
-def test_ids_are_pooled_only_where_there_is_no_world_knowledge():
+def test_ids_are_pooled_with_or_without_world_knowledge_and_users_pool_their_direct_neighbours():
     graph, _ = snapshot_at(planted_events(users=20, items=10, events_per_user=3), 1_767_225_601.0)
     settings = Settings()
-    assert training_configs(settings, graph, wk_dim=0).encoder.pooled_ids
-    assert not training_configs(settings, graph, wk_dim=384).encoder.pooled_ids
+    for wk_dim in (0, 384):
+        encoder = training_configs(settings, graph, wk_dim=wk_dim).encoder
+        assert encoder.pooled_ids and encoder.pool_direct
     assert not training_configs(settings.replace(train_pooled_ids=False), graph, wk_dim=0).encoder.pooled_ids
 
 
