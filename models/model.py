@@ -29,6 +29,7 @@ class TrainConfig:
     epochs: float = 1.0  # with ``steps = 0``: steps = ⌈epochs · examples / batch_size⌉ (every example seen)
     batch_size: int = 64  # causal examples per step and process (anchors = 2 × batch_size + pool_size)
     lr: float = 5e-3  # peak AdamW learning rate
+    id_lr_scale: float = 1.0  # the hashed-id table's learning rate as a multiple of ``lr`` (its rows are seldom touched)
     weight_decay: float = 0.04  # AdamW weight decay on matrices (not on norms, biases, prototypes)
     warmup_steps: int = 20  # linear learning-rate warm-up
     min_lr_ratio: float = 0.1  # cosine decay floor as a share of ``lr``

@@ -178,10 +178,16 @@ class Trainer:
     # --- set-up -------------------------------------------------------------------------------
 
     def _param_groups(self) -> list[dict[str, Any]]:
+        """Matrices with weight decay; norms, biases and prototypes without; the hashed-id table with
+        decay at ``id_lr_scale`` times the learning rate (``lr_scale``, applied by :meth:`train_step`)."""
+        table = self.student.encoder.node.hashed.weight
         decay, plain = [], []
         for name, param in self.student.named_parameters():
-            (decay if param.ndim >= 2 and not name.startswith("prototypes") else plain).append(param)
-        return [{"params": decay, "weight_decay": self.config.weight_decay}, {"params": plain, "weight_decay": 0.0}]
+            if param is not table:
+                (decay if param.ndim >= 2 and not name.startswith("prototypes") else plain).append(param)
+        wd = self.config.weight_decay
+        return [{"params": decay, "weight_decay": wd}, {"params": plain, "weight_decay": 0.0},
+                {"params": [table], "weight_decay": wd, "lr_scale": self.config.id_lr_scale}]
 
     def _prepare_examples(self) -> None:
         """The causal examples, the candidate pool over their target nodes and the causal prior."""
@@ -320,7 +326,7 @@ class Trainer:
         step = self.step
         lr = lr_at(self.config, step)
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group.get("lr_scale", 1.0)
         self.student.train()
         losses, parts = self._losses(step)
         loss = sum(w * losses[name] for name, w in self._weights().items())

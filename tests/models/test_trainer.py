@@ -253,3 +253,17 @@ def test_the_recency_pooling_learns_how_much_the_newest_engagement_matters(tmp_p
         learnt[name] = float(trainer.student.recency()[0].detach())
         assert result.metrics[-1]["recency_weight"] == pytest.approx(learnt[name], rel=0.2)
     assert learnt["ring"] > 20 and learnt["mixture"] < 0.2
+
+
+def test_the_hashed_id_table_learns_at_its_own_rate(planted, tmp_path):
+    _, graph, _ = planted
+    trainer = Trainer(graph, tiny_config(steps=2, id_lr_scale=4.0), encoder_for(graph), SAMPLER, tmp_path)
+    before = trainer.student.encoder.node.hashed.weight.detach().clone()
+    trainer.train_step()
+    *others, table = trainer.optimizer.param_groups
+    assert table["params"] == [trainer.student.encoder.node.hashed.weight]
+    assert all(table["params"][0] is not p for group in others for p in group["params"])
+    assert table["lr"] == pytest.approx(4.0 * others[0]["lr"]) and others[0]["lr"] == others[1]["lr"] > 0
+    # Adam's first step moves every touched entry by about its learning rate
+    moved = (trainer.student.encoder.node.hashed.weight.detach() - before).abs()
+    assert moved.max().item() == pytest.approx(table["lr"], rel=0.05)

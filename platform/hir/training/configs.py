@@ -53,6 +53,7 @@ def training_configs(settings: Settings, graph, wk_dim: int = 0, device_type: st
     """
     train = TrainConfig(
         steps=settings.train_steps, epochs=settings.train_epochs, batch_size=settings.train_batch, lr=settings.train_lr,
+        id_lr_scale=settings.train_id_lr_scale,
         coarse=settings.train_coarse, fine=settings.train_fine, w_proto=settings.train_w_proto,
         w_pair=settings.train_w_pair, w_hier=settings.train_w_hier, w_eng=settings.train_w_eng,
         w_nce=settings.train_w_nce, w_next=settings.train_w_next, target_types=settings.train_target_types,
