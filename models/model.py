@@ -122,9 +122,10 @@ class HIRModel(nn.Module):
 
         An item's vector is then its own id beside its neighbours', and a user's the ids of what it
         engaged with (with the config's ``pool_direct``; its own id beside them without): the tied
-        item-id term of item-based collaborative filtering, on the same table the tokens use. Through attention alone a rare entity's id, a sliver of a token
-        beside its type, position, edge and metadata embeddings, barely reached ``h``; on a log of bare
-        ids (Taobao) the representation then ranked no better than popularity.
+        item-id term of item-based collaborative filtering, on the same table the tokens use. Through
+        attention alone a rare entity's id, a sliver of a token beside its type, position, edge and
+        metadata embeddings, barely reached ``h``; on a log of bare ids (Taobao) the representation
+        then ranked no better than popularity.
         """
         weight = pooling_weights(view, self.encoder.config, self.recency())
         ids = self.encoder.node.hashed_id(view.entity_id)

@@ -65,6 +65,8 @@ def training_configs(settings: Settings, graph, wk_dim: int = 0, device_type: st
         seed=settings.seed, backend=training_backend(device_type), warm_start=warm_start,
         finetune_steps=settings.finetune_steps,
     )
+    if settings.train_id_lr_scale <= 0:
+        raise SettingsError(f"HIR_TRAIN_ID_LR_SCALE={settings.train_id_lr_scale:g} must be > 0 (1: the shared learning rate)")
     if settings.train_recency_pool < 0 or settings.train_recency_half_rank <= 0:
         raise SettingsError(
             f"HIR_TRAIN_RECENCY_POOL={settings.train_recency_pool:g} must be ≥ 0 (0: off) and "

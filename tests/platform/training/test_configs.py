@@ -28,7 +28,7 @@ def test_a_users_engagements_rank_by_recency_not_its_impressions():
     assert encoder.recency_type == planted.node_types.index("user") and encoder.recency_weight == Settings().train_recency_pool
 
 
-def test_a_negative_recency_weight_or_a_zero_half_rank_is_a_clear_error():
+def test_a_negative_recency_weight_a_zero_half_rank_or_id_rate_is_a_clear_error():
     import pytest
     from hir.errors import SettingsError
 
@@ -38,3 +38,6 @@ def test_a_negative_recency_weight_or_a_zero_half_rank_is_a_clear_error():
     with pytest.raises(SettingsError, match="HIR_TRAIN_RECENCY_HALF_RANK=0"):
         training_configs(Settings().replace(train_recency_half_rank=0.0), graph)
     assert training_configs(Settings().replace(train_recency_pool=0.0), graph).encoder.recency_weight == 0.0
+    with pytest.raises(SettingsError, match="HIR_TRAIN_ID_LR_SCALE=0"):
+        training_configs(Settings().replace(train_id_lr_scale=0.0), graph)
+    assert training_configs(Settings().replace(train_id_lr_scale=4.0), graph).train.id_lr_scale == 4.0
