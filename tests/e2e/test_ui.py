@@ -74,15 +74,17 @@ def _dismiss_welcome(driver) -> None:
         time.sleep(1)
 
 
-def _wait_for_text(driver, text: str, timeout: float = 60) -> str:
+def _wait_for_text(driver, *texts: str, timeout: float = 60) -> str:
+    """The page's text once every one of `texts` is on it (the UI fills sections in as their queries return)."""
     deadline = time.monotonic() + timeout
     body = ""
     while time.monotonic() < deadline:
         body = driver.find_element("tag name", "body").text
-        if text in body:
+        if all(text in body for text in texts):
             return body
         time.sleep(1)
-    raise AssertionError(f"{text!r} not on the page; it shows: {body[:500]!r}")
+    missing = [text for text in texts if text not in body]
+    raise AssertionError(f"{missing!r} not on the page; it shows: {body[:500]!r}")
 
 
 @pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="Debian chromium/chromedriver absent (make test installs them)")
@@ -116,8 +118,8 @@ def test_default_job_runs_and_shows_in_the_ui(dagster_ui, tmp_path, data_home):
         assert "hir_encoder" in training
         driver.save_screenshot(str(tmp_path / "training_group.png"))
         driver.get(f"http://127.0.0.1:{port}/assets/events")
-        page = _wait_for_text(driver, "Latest materialization")
-        assert "Row count" in page and "Interactions: impression, click" in page
+        # The metadata arrives after the page's frame, so wait for it rather than for the heading.
+        _wait_for_text(driver, "Latest materialization", "Row count", "Interactions: impression, click")
         driver.save_screenshot(str(tmp_path / "events_asset.png"))
         driver.get(f"http://127.0.0.1:{port}/runs/{run_id}")
         assert "Success" in _wait_for_text(driver, "Success")
