@@ -140,6 +140,11 @@ def hir_encoder(context: dg.AssetExecutionContext, artifacts: ArtifactStore, tor
             "gradient_shares": dg.MetadataValue.md(markdown_table(
                 ["loss", "share of the gradient norm"], sorted(shares.items()), {"share of the gradient norm": ".3f"},
                 empty="not measured (HIR_TRAIN_GRAD_SHARE_EVERY is 0 or above the steps run)")),
+            "selected_cycle": dg.MetadataValue.int(result.selected_cycle),
+            "held_out_recall_by_cycle": dg.MetadataValue.md(markdown_table(
+                ["cycle", "held-out Recall@10", "kept"],
+                [(i + 1, r, "yes" if i + 1 == result.selected_cycle else "") for i, r in enumerate(result.cycle_recall)],
+                {"held-out Recall@10": ".4f"}, empty="one cycle, nothing held out (HIR_TRAIN_CYCLES=1)")),
             "curves": _curves_plot(result.metrics),
         }
     )

@@ -27,6 +27,10 @@ class TrainConfig:
 
     steps: int = 300  # optimiser steps of a run from scratch (0: ``epochs`` passes over the examples)
     epochs: float = 1.0  # with ``steps = 0``: steps = ⌈epochs · examples / batch_size⌉ (every example seen)
+    # at most this many cycles of ``steps`` steps, each with its own cosine decay (warm restarts), the one
+    # that predicts held-out next engagements best kept, stopping at the first that does not improve
+    cycles: int = 1
+    holdout_users: int = 2000  # users whose newest engagement is held out to choose the cycle (with cycles > 1)
     batch_size: int = 64  # causal examples per step and process (anchors = 2 × batch_size + pool_size)
     lr: float = 5e-3  # peak AdamW learning rate
     id_lr_scale: float = 1.0  # the hashed-id table's learning rate as a multiple of ``lr`` (its rows are seldom touched)
@@ -67,8 +71,17 @@ class TrainConfig:
     finetune_lr: float = 2e-3  # peak learning rate of a warm-started run
 
     @property
-    def total_steps(self) -> int:
+    def cycle_steps(self) -> int:
+        """Steps of one learning-rate cycle (a warm-started run has one, of ``finetune_steps``)."""
         return self.finetune_steps if self.warm_start else self.steps
+
+    @property
+    def total_cycles(self) -> int:
+        return 1 if self.warm_start else max(1, self.cycles)
+
+    @property
+    def total_steps(self) -> int:
+        return self.cycle_steps * self.total_cycles
 
 
 # The recency pooling's two scalars are learnt in log space times this gain, so that the optimiser's

@@ -114,6 +114,10 @@ class Settings:
     # optimiser steps of a run from scratch; 0: as many as `train_epochs` passes over the examples take
     train_steps: int = 0
     train_epochs: float = 1.0  # with train_steps = 0: passes over the causal examples
+    # at most this many cycles of train_steps (warm restarts), stopping at the first that predicts the
+    # held-out users' newest engagements no better, the best kept (hir.models.trainer); 1: one cycle
+    train_cycles: int = 1
+    train_holdout_users: int = 2000  # users whose newest engagement is held out to choose the cycle
     # causal examples per step (anchors = 2 x batch + pool): a step costs 2 + pool / batch student
     # views per example, and every positive of the batch is a negative of the other rows
     train_batch: int = 256

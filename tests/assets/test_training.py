@@ -52,10 +52,13 @@ def _materialize(asset, partition, settings):
 def test_encoder_then_embeddings_then_warm_start(home):
     from hir.assets.training import entity_embeddings, hir_encoder
 
-    meta = _materialize(hir_encoder, DAY1, home)
+    meta = _materialize(hir_encoder, DAY1, home.replace(train_cycles=2, train_holdout_users=10))
     folder = home.artifacts_dir / "hir_encoder" / DAY1
     assert {p.name for p in folder.iterdir()} == {"model.safetensors", "optimizer.safetensors", "config.json", "state.json"}
-    assert json.loads((folder / "state.json").read_text())["step"] == 6
+    state = json.loads((folder / "state.json").read_text())
+    assert state["step"] == 6 * len(state["cycle_recall"]) and 1 <= len(state["cycle_recall"]) <= 2
+    assert meta["selected_cycle"].value == 1 + state["cycle_recall"].index(max(state["cycle_recall"]))
+    assert "| 1 | " in meta["held_out_recall_by_cycle"].value
     assert meta["parameters"].value > 0 and meta["warm_started_from"].value == "scratch"
     assert "data:image/png;base64" in meta["curves"].value
     assert not (home.artifacts_dir / "hir_encoder" / f".work-{DAY1}").exists()

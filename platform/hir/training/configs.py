@@ -52,7 +52,8 @@ def training_configs(settings: Settings, graph, wk_dim: int = 0, device_type: st
         warm_start: checkpoint folder to fine-tune from ("" trains from scratch).
     """
     train = TrainConfig(
-        steps=settings.train_steps, epochs=settings.train_epochs, batch_size=settings.train_batch, lr=settings.train_lr,
+        steps=settings.train_steps, epochs=settings.train_epochs, cycles=settings.train_cycles,
+        holdout_users=settings.train_holdout_users, batch_size=settings.train_batch, lr=settings.train_lr,
         id_lr_scale=settings.train_id_lr_scale,
         coarse=settings.train_coarse, fine=settings.train_fine, w_proto=settings.train_w_proto,
         w_pair=settings.train_w_pair, w_hier=settings.train_w_hier, w_eng=settings.train_w_eng,
@@ -65,6 +66,9 @@ def training_configs(settings: Settings, graph, wk_dim: int = 0, device_type: st
         seed=settings.seed, backend=training_backend(device_type), warm_start=warm_start,
         finetune_steps=settings.finetune_steps,
     )
+    if settings.train_cycles < 1 or settings.train_holdout_users < 0:
+        raise SettingsError(f"HIR_TRAIN_CYCLES={settings.train_cycles} must be ≥ 1 and "
+                            f"HIR_TRAIN_HOLDOUT_USERS={settings.train_holdout_users} ≥ 0 (0: every cycle runs)")
     if settings.train_id_lr_scale <= 0:
         raise SettingsError(f"HIR_TRAIN_ID_LR_SCALE={settings.train_id_lr_scale:g} must be > 0 (1: the shared learning rate)")
     if settings.train_recency_pool < 0 or settings.train_recency_half_rank <= 0:

@@ -1,0 +1,146 @@
+"""Held-out next engagements: which examples are held out, that scoring them sees nothing of them,
+and that the trainer keeps the cycle that scores best."""
+
+import dataclasses
+
+import pytest
+import torch
+from hir.models.checkpoint import load_model
+from hir.models.examples import CausalExamples, training_examples
+from hir.models.model import TrainConfig
+from hir.models.planted import PlantedEvents, planted_events, snapshot_at
+from hir.models.prior import CausalPopularity
+from hir.models.trainer import Trainer, lr_at
+from hir.models.validation import HeldOutNext, hold_out
+
+from test_trainer import SAMPLER, encoder_for, tiny_config
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _examples(anchor, time) -> CausalExamples:
+    n = len(anchor)
+    return CausalExamples(anchor=torch.tensor(anchor), time=torch.tensor(time, dtype=torch.float64),
+                          positive=torch.arange(n) + 100, event_type=torch.zeros(n, dtype=torch.long),
+                          weight=torch.ones(n))
+
+
+def test_hold_out_takes_the_newest_example_of_the_users_who_engaged_last():
+    #                 user: 1   2   1   3   2   4   3   1
+    examples = _examples([1, 2, 1, 3, 2, 4, 3, 1], [1., 2., 3., 4., 5., 6., 7., 8.])
+    training, held = hold_out(examples, 2)
+    assert held.anchor.tolist() == [3, 1] and held.time.tolist() == [7., 8.]  # users 1 and 3, each its newest
+    assert training.time.tolist() == [1., 2., 3., 4., 5., 6.]  # everything else, in time order
+    _, held = hold_out(examples, 10)
+    assert sorted(held.anchor.tolist()) == [1, 3, 4]  # never every user: user 2, whose newest is the oldest, trains
+    training, held = hold_out(examples, 0)
+    assert len(held) == 0 and len(training) == len(examples)
+
+
+@pytest.fixture(scope="module")
+def planted():
+    events = planted_events(users=120, items=60, coarse=3, fine_per_coarse=2, events_per_user=8, p_fine=0.8, p_coarse=0.15)
+    cutoff = float(events.ts.max()) + 1
+    graph, _ = snapshot_at(events, cutoff)
+    return events, cutoff, graph
+
+
+def _validation(graph, held, examples, candidates) -> HeldOutNext:
+    prior = CausalPopularity(examples.positive, examples.time, None)
+    return HeldOutNext(graph, held, candidates, prior, SAMPLER, temperature=0.1)
+
+
+def _without(events: PlantedEvents, cutoff: float, graph, held: CausalExamples):
+    """The snapshot of ``events`` without the ``held`` engagements: every event of their type between
+    their two ends (the snapshot's edge of that type ends at the held-out one)."""
+    entity = graph.entity_id
+    removed = set(zip(entity[held.anchor].tolist(), entity[held.positive].tolist(), held.event_type.tolist()))
+    keep = torch.tensor([event not in removed for event in zip(events.src.tolist(), events.dst.tolist(), events.edge_type.tolist())])
+    without, _ = snapshot_at(dataclasses.replace(events, src=events.src[keep], dst=events.dst[keep],
+                                                 edge_type=events.edge_type[keep], ts=events.ts[keep]), cutoff)
+    assert torch.equal(without.entity_id, entity) and without.csr.num_edges < graph.csr.num_edges  # same nodes, fewer edges
+    return without
+
+
+def test_scoring_the_held_out_engagements_sees_none_of_them(planted, tmp_path):
+    """No candidate's view holds a held-out engagement (removing them all changes no candidate's
+    embedding), and no user's view its own (removing the newest one changes nothing at all): a
+    trained model, so every token counts."""
+    events, cutoff, graph = planted
+    examples, candidates = training_examples(graph, ["item"], {"click": 1.0}, None)
+    training, held = hold_out(examples, 30)
+    out = tmp_path / "model"
+    Trainer(graph, tiny_config(steps=30, batch_size=32, lr=2e-2), encoder_for(graph), SAMPLER, out).fit()
+    model = load_model(out, len(graph.edge_types))
+    validation = _validation(graph, held, training, candidates)
+    users, items = validation.embeddings(model)
+    assert 0 < validation.recall(model) < 1
+
+    none_held = _without(events, cutoff, graph, held)
+    assert torch.equal(items, _validation(none_held, held, training, candidates).embeddings(model)[1])
+    newest = held.time == held.time.max()
+    no_newest = _without(events, cutoff, graph, held.take(torch.nonzero(newest).flatten()))
+    for a, b in zip((users, items), _validation(no_newest, held, training, candidates).embeddings(model)):
+        assert torch.equal(a, b)
+
+
+def test_recall_counts_a_hit_when_the_positive_is_in_the_top_k(planted, tmp_path):
+    _, _, graph = planted
+    examples, candidates = training_examples(graph, ["item"], {"click": 1.0}, None)
+    training, held = hold_out(examples, 30)
+    out = tmp_path / "model"
+    Trainer(graph, tiny_config(steps=4), encoder_for(graph), SAMPLER, out).fit()
+    model = load_model(out, len(graph.edge_types))
+    validation = _validation(graph, held, training, candidates)
+    by_k = [dataclasses.replace(validation, k=k).recall(model) for k in (0, 5, 20, candidates.numel())]
+    assert by_k[0] == 0 and by_k[-1] == 1
+    assert by_k == sorted(by_k)
+
+
+def test_each_cycle_restarts_the_learning_rate():
+    config = TrainConfig(steps=10, cycles=3, warmup_steps=2, lr=1.0, min_lr_ratio=0.1)
+    assert config.total_steps == 30
+    assert lr_at(config, 0) == pytest.approx(0.5)  # warm-up, the first cycle only
+    for start in (10, 20):
+        assert lr_at(config, start) == pytest.approx(1.0)  # a restart at the peak
+        assert lr_at(config, start - 1) < 0.15  # after decaying to the floor
+    assert lr_at(config, 30) == pytest.approx(0.1) == lr_at(config, 40)  # the floor after the last cycle
+    warm = TrainConfig(steps=10, cycles=3, warm_start="somewhere", finetune_steps=5)
+    assert warm.total_steps == 5  # fine-tuning runs one cycle
+
+
+def test_the_trainer_keeps_the_best_cycle_and_stops_when_a_cycle_does_not_improve(planted, tmp_path):
+    _, _, graph = planted
+    config = tiny_config(steps=12, batch_size=32, lr=2e-2, cycles=4, holdout_users=30, checkpoint_every=5)
+    trainer = Trainer(graph, config, encoder_for(graph), SAMPLER, tmp_path / "run")
+    assert len(trainer.validation.held_out) == 30
+    assert not set(zip(trainer.validation.held_out.anchor.tolist(), trainer.validation.held_out.time.tolist())) & \
+        set(zip(trainer.examples.anchor.tolist(), trainer.examples.time.tolist()))  # held out of training
+    result = trainer.fit()
+    recall = result.cycle_recall
+    assert 1 <= len(recall) <= 4 and result.step == 12 * len(recall)
+    assert all(a < b for a, b in zip(recall[:-2], recall[1:-1]))  # it went on while each cycle improved
+    assert len(recall) == 4 or recall[-1] <= max(recall[:-1])  # and stopped at the first that did not
+    assert result.selected_cycle == 1 + recall.index(max(recall))
+    kept = load_model(tmp_path / "run", len(graph.edge_types))
+    assert trainer.validation.recall(kept) == max(recall)  # the checkpoint holds the best cycle's weights
+    assert not (tmp_path / "run" / "best").exists()
+
+    # Killed in the second cycle and resumed: the same choice and the same weights.
+    Trainer(graph, config, encoder_for(graph), SAMPLER, tmp_path / "resumed").fit(stop_after=15)
+    resumed = Trainer(graph, config, encoder_for(graph), SAMPLER, tmp_path / "resumed").fit()
+    assert resumed.cycle_recall == pytest.approx(recall) and resumed.step == result.step
+    again = load_model(tmp_path / "resumed", len(graph.edge_types))
+    for a, b in zip(kept.state_dict().values(), again.state_dict().values()):
+        assert torch.allclose(a, b, atol=1e-6)
+    # A finished run resumed does nothing more.
+    assert Trainer(graph, config, encoder_for(graph), SAMPLER, tmp_path / "run").fit().step == result.step
+
+
+def test_one_cycle_holds_nothing_out(planted, tmp_path):
+    _, _, graph = planted
+    one = Trainer(graph, tiny_config(steps=2, holdout_users=30), encoder_for(graph), SAMPLER, tmp_path / "one")
+    two = Trainer(graph, tiny_config(steps=2, holdout_users=30, cycles=2), encoder_for(graph), SAMPLER, tmp_path / "two")
+    assert one.validation is None and len(one.examples) == len(two.examples) + 30
+    result = one.fit()
+    assert result.cycle_recall == [] and result.selected_cycle == 0 and result.step == 2
