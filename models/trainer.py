@@ -91,7 +91,7 @@ from hir.models.losses import (
 from hir.models.model import HIRModel, TrainConfig, WorldKnowledge
 from hir.models.prior import CausalPopularity
 from hir.models.sampler import SamplerConfig, ViewSampler
-from hir.models.validation import HeldOutNext, hold_out
+from hir.models.validation import HeldOutNext, first_contacts, hold_out
 
 
 def step_seed(seed: int, step: int, rank: int = 0) -> int:
@@ -220,7 +220,7 @@ class Trainer:
             raise ValueError("the snapshot has no engagement before its cut-off to train on")
         held_out = None
         if c.total_cycles > 1 and c.holdout_users > 0:  # a choice between cycles needs examples it did not train on
-            self.examples, held_out = hold_out(self.examples, c.holdout_users)
+            self.examples, held_out = hold_out(self.examples, c.holdout_users, first_contacts(graph, self.examples))
         self.candidates = CandidateSampler(graph.num_nodes, targets, self.examples, c.pool_alpha)
         if c.steps == 0:  # one budget for any data: epochs over the examples, all processes together
             self.config = c = dataclasses.replace(c, steps=max(1, math.ceil(c.epochs * len(self.examples) / (c.batch_size * self.world))))

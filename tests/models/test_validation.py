@@ -11,7 +11,7 @@ from hir.models.model import TrainConfig
 from hir.models.planted import PlantedEvents, planted_events, snapshot_at
 from hir.models.prior import CausalPopularity
 from hir.models.trainer import Trainer, lr_at
-from hir.models.validation import HeldOutNext, hold_out
+from hir.models.validation import HeldOutNext, first_contacts, hold_out
 
 from test_trainer import SAMPLER, encoder_for, tiny_config
 
@@ -35,6 +35,29 @@ def test_hold_out_takes_the_newest_example_of_the_users_who_engaged_last():
     assert sorted(held.anchor.tolist()) == [1, 3, 4]  # never every user: user 2, whose newest is the oldest, trains
     training, held = hold_out(examples, 0)
     assert len(held) == 0 and len(training) == len(examples)
+    # Only eligible examples are held out, and a held user keeps none of its examples from then on.
+    eligible = torch.tensor([True, True, False, True, True, True, False, False])
+    training, held = hold_out(examples, 2, eligible)
+    assert held.anchor.tolist() == [2, 4] and held.time.tolist() == [5., 6.]  # user 1's and 3's newest are not eligible
+    assert training.time.tolist() == [1., 2., 3., 4., 7., 8.]
+    training, held = hold_out(examples, 4, torch.tensor([True] + [False] * 7))
+    assert held.anchor.tolist() == [1] and training.anchor.tolist() == [2, 3, 2, 4, 3]  # user 1 from time 1 on
+
+
+def test_first_contacts_are_engagements_with_something_the_user_had_no_edge_with():
+    from hir.models.graph import TemporalGraph, build_csr
+
+    # user 0 views item 2 at 5 and buys it at 9; it buys item 3 at 7 with no earlier edge; user 1
+    # buys item 2 at 4, though it views it later (at 8): nothing of that pair ended before 4
+    src, dst = torch.tensor([0, 0, 0, 1, 1]), torch.tensor([2, 2, 3, 2, 2])
+    etype, ts = torch.tensor([0, 1, 1, 1, 0]), torch.tensor([5., 9., 7., 4., 8.], dtype=torch.float64)
+    both = (torch.cat([src, dst]), torch.cat([dst, src]), torch.cat([etype, etype]), torch.cat([ts, ts]))
+    csr = build_csr(4, both[0], both[1], both[2], torch.ones(10), both[3], torch.ones(10))
+    graph = TemporalGraph(cutoff=10.0, entity_id=torch.arange(4), node_type=torch.tensor([0, 0, 1, 1]),
+                          node_features=torch.zeros(4, 3), node_types=["user", "item"], edge_types=["view", "buy"], csr=csr)
+    examples = CausalExamples(anchor=torch.tensor([1, 0, 0]), time=torch.tensor([4., 7., 9.], dtype=torch.float64),
+                              positive=torch.tensor([2, 3, 2]), event_type=torch.ones(3, dtype=torch.long), weight=torch.ones(3))
+    assert first_contacts(graph, examples).tolist() == [True, True, False]
 
 
 @pytest.fixture(scope="module")
@@ -114,8 +137,10 @@ def test_the_trainer_keeps_the_best_cycle_and_stops_when_a_cycle_does_not_improv
     config = tiny_config(steps=12, batch_size=32, lr=2e-2, cycles=4, holdout_users=30, checkpoint_every=5)
     trainer = Trainer(graph, config, encoder_for(graph), SAMPLER, tmp_path / "run")
     assert len(trainer.validation.held_out) == 30
-    assert not set(zip(trainer.validation.held_out.anchor.tolist(), trainer.validation.held_out.time.tolist())) & \
-        set(zip(trainer.examples.anchor.tolist(), trainer.examples.time.tolist()))  # held out of training
+    held = trainer.validation.held_out
+    since = dict(zip(held.anchor.tolist(), held.time.tolist()))
+    assert all(t < since.get(a, float("inf")) for a, t in zip(trainer.examples.anchor.tolist(), trainer.examples.time.tolist()))
+    assert bool(first_contacts(graph, held).all())  # each a first contact, none of its user's examples from then on trained on
     result = trainer.fit()
     recall = result.cycle_recall
     assert 1 <= len(recall) <= 4 and result.step == 12 * len(recall)
@@ -141,6 +166,6 @@ def test_one_cycle_holds_nothing_out(planted, tmp_path):
     _, _, graph = planted
     one = Trainer(graph, tiny_config(steps=2, holdout_users=30), encoder_for(graph), SAMPLER, tmp_path / "one")
     two = Trainer(graph, tiny_config(steps=2, holdout_users=30, cycles=2), encoder_for(graph), SAMPLER, tmp_path / "two")
-    assert one.validation is None and len(one.examples) == len(two.examples) + 30
+    assert one.validation is None and len(one.examples) >= len(two.examples) + 30
     result = one.fit()
     assert result.cycle_recall == [] and result.selected_cycle == 0 and result.step == 2
