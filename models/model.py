@@ -27,8 +27,9 @@ class TrainConfig:
 
     steps: int = 300  # optimiser steps of a run from scratch (0: ``epochs`` passes over the examples)
     epochs: float = 1.0  # with ``steps = 0``: steps = ⌈epochs · examples / batch_size⌉ (every example seen)
-    # at most this many cycles of ``steps`` steps, each with its own cosine decay (warm restarts), the one
-    # that predicts held-out next engagements best kept, stopping at the first that does not improve
+    # at most this many learning-rate cycles, the first of ``steps`` steps and each next twice as long as
+    # the one before, each with its own cosine decay (warm restarts); the one that predicts held-out next
+    # engagements best is kept, training stopping at the first that does not improve
     cycles: int = 1
     holdout_users: int = 2000  # users whose newest engagement is held out to choose the cycle (with cycles > 1)
     batch_size: int = 64  # causal examples per step and process (anchors = 2 × batch_size + pool_size)
@@ -72,7 +73,7 @@ class TrainConfig:
 
     @property
     def cycle_steps(self) -> int:
-        """Steps of one learning-rate cycle (a warm-started run has one, of ``finetune_steps``)."""
+        """Steps of the first learning-rate cycle (a warm-started run has one, of ``finetune_steps``)."""
         return self.finetune_steps if self.warm_start else self.steps
 
     @property
@@ -80,8 +81,14 @@ class TrainConfig:
         return 1 if self.warm_start else max(1, self.cycles)
 
     @property
+    def cycle_ends(self) -> list[int]:
+        """The step at which each cycle ends: cycle ``k`` (from 0) lasts ``cycle_steps · 2^k`` steps,
+        so a cycle trains as long as all before it together (SGDR's doubling)."""
+        return [self.cycle_steps * (2 ** (k + 1) - 1) for k in range(self.total_cycles)]
+
+    @property
     def total_steps(self) -> int:
-        return self.cycle_steps * self.total_cycles
+        return self.cycle_ends[-1]
 
 
 # The recency pooling's two scalars are learnt in log space times this gain, so that the optimiser's

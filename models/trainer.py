@@ -41,9 +41,10 @@ target types (:class:`~hir.models.candidates.CandidateSampler`):
    steps (on one process) the next record carries each weighted loss's share of the gradient norm,
    ``‖∇ w_k L_k‖ / Σ_j ‖∇ w_j L_j‖`` (``grad_share_<loss>``).
 
-With ``cycles > 1`` the schedule restarts (warm restarts: each cycle of ``steps`` steps decays from
-the peak again, the teacher's momentum too) and the newest engagement of ``holdout_users`` users is
-held out of training; after each cycle the student is scored on them
+With ``cycles > 1`` the schedule restarts (warm restarts: the first cycle has ``steps`` steps, each
+next one twice as many, and each decays from the peak again, the teacher's momentum too) and the
+newest first contact of ``holdout_users`` users is held out of training; after each cycle the
+student is scored on them
 (:mod:`hir.models.validation`, Recall@10) and training stops at the first cycle that does not
 improve, keeping the best cycle's weights — so how many passes the data needs is measured, not set.
 
@@ -101,11 +102,14 @@ def step_seed(seed: int, step: int, rank: int = 0) -> int:
 
 
 def cycle_fraction(config: TrainConfig, step: int) -> float:
-    """How far ``step`` is into its learning-rate cycle, in ``[0, 1]`` (1 from the end of the last
-    cycle on): each of the ``total_cycles`` cycles of ``cycle_steps`` restarts the schedule."""
-    cycle = max(1, config.cycle_steps)
-    within = step - cycle * min(step // cycle, config.total_cycles - 1)
-    return min(within, cycle) / cycle
+    """How far ``step`` is into its learning-rate cycle (``TrainConfig.cycle_ends``), in ``[0, 1]``
+    (1 from the end of the last cycle on): each cycle restarts the schedule."""
+    start = 0
+    for end in config.cycle_ends:
+        if step < end:
+            return (step - start) / (end - start)
+        start = end
+    return 1.0
 
 
 def lr_at(config: TrainConfig, step: int) -> float:
@@ -392,7 +396,7 @@ class Trainer:
             parts = self.train_step()
             if self.step % c.log_every == 0 or self.step == c.total_steps:
                 self._record(parts)
-            if self.step % c.cycle_steps == 0 and self.validation is not None:
+            if self.step in c.cycle_ends and self.validation is not None:
                 self._end_cycle()
             if self.finished or self.step % c.checkpoint_every == 0 or self.step == end:
                 self.save()

@@ -122,19 +122,20 @@ def test_recall_counts_a_hit_when_the_positive_is_in_the_top_k(planted, tmp_path
 
 def test_each_cycle_restarts_the_learning_rate():
     config = TrainConfig(steps=10, cycles=3, warmup_steps=2, lr=1.0, min_lr_ratio=0.1)
-    assert config.total_steps == 30
+    assert config.cycle_ends == [10, 30, 70] and config.total_steps == 70  # each cycle twice the one before
     assert lr_at(config, 0) == pytest.approx(0.5)  # warm-up, the first cycle only
-    for start in (10, 20):
+    for start, length in ((10, 20), (30, 40)):
         assert lr_at(config, start) == pytest.approx(1.0)  # a restart at the peak
         assert lr_at(config, start - 1) < 0.15  # after decaying to the floor
-    assert lr_at(config, 30) == pytest.approx(0.1) == lr_at(config, 40)  # the floor after the last cycle
+        assert lr_at(config, start + length // 2) == pytest.approx(0.55)  # half-way down its own cosine
+    assert lr_at(config, 70) == pytest.approx(0.1) == lr_at(config, 90)  # the floor after the last cycle
     warm = TrainConfig(steps=10, cycles=3, warm_start="somewhere", finetune_steps=5)
     assert warm.total_steps == 5  # fine-tuning runs one cycle
 
 
 def test_the_trainer_keeps_the_best_cycle_and_stops_when_a_cycle_does_not_improve(planted, tmp_path):
     _, _, graph = planted
-    config = tiny_config(steps=12, batch_size=32, lr=2e-2, cycles=4, holdout_users=30, checkpoint_every=5)
+    config = tiny_config(steps=6, batch_size=32, lr=2e-2, cycles=4, holdout_users=30, checkpoint_every=5)
     trainer = Trainer(graph, config, encoder_for(graph), SAMPLER, tmp_path / "run")
     assert len(trainer.validation.held_out) == 30
     held = trainer.validation.held_out
@@ -143,7 +144,7 @@ def test_the_trainer_keeps_the_best_cycle_and_stops_when_a_cycle_does_not_improv
     assert bool(first_contacts(graph, held).all())  # each a first contact, none of its user's examples from then on trained on
     result = trainer.fit()
     recall = result.cycle_recall
-    assert 1 <= len(recall) <= 4 and result.step == 12 * len(recall)
+    assert 1 <= len(recall) <= 4 and result.step == config.cycle_ends[len(recall) - 1]
     assert all(a < b for a, b in zip(recall[:-2], recall[1:-1]))  # it went on while each cycle improved
     assert len(recall) == 4 or recall[-1] <= max(recall[:-1])  # and stopped at the first that did not
     assert result.selected_cycle == 1 + recall.index(max(recall))
@@ -152,7 +153,7 @@ def test_the_trainer_keeps_the_best_cycle_and_stops_when_a_cycle_does_not_improv
     assert not (tmp_path / "run" / "best").exists()
 
     # Killed in the second cycle and resumed: the same choice and the same weights.
-    Trainer(graph, config, encoder_for(graph), SAMPLER, tmp_path / "resumed").fit(stop_after=15)
+    Trainer(graph, config, encoder_for(graph), SAMPLER, tmp_path / "resumed").fit(stop_after=12)
     resumed = Trainer(graph, config, encoder_for(graph), SAMPLER, tmp_path / "resumed").fit()
     assert resumed.cycle_recall == pytest.approx(recall) and resumed.step == result.step
     again = load_model(tmp_path / "resumed", len(graph.edge_types))
