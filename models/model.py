@@ -31,7 +31,7 @@ class TrainConfig:
     # the one before, each with its own cosine decay (warm restarts); the one that predicts held-out next
     # engagements best is kept, training stopping at the first that does not improve
     cycles: int = 1
-    holdout_users: int = 2000  # users whose newest engagement is held out to choose the cycle (with cycles > 1)
+    holdout_users: int = 2000  # users (at most a tenth of them) whose newest first contact chooses the cycle (cycles > 1)
     batch_size: int = 64  # causal examples per step and process (anchors = 2 × batch_size + pool_size)
     lr: float = 5e-3  # peak AdamW learning rate
     id_lr_scale: float = 1.0  # the hashed-id table's learning rate as a multiple of ``lr`` (its rows are seldom touched)

@@ -43,7 +43,7 @@ target types (:class:`~hir.models.candidates.CandidateSampler`):
 
 With ``cycles > 1`` the schedule restarts (warm restarts: the first cycle has ``steps`` steps, each
 next one twice as many, and each decays from the peak again, the teacher's momentum too) and the
-newest first contact of ``holdout_users`` users is held out of training; after each cycle the
+newest first contact of ``holdout_users`` users (at most a tenth) is held out of training; after each cycle the
 student is scored on them
 (:mod:`hir.models.validation`, Recall@10) and training stops at the first cycle that does not
 improve, keeping the best cycle's weights — so how many passes the data needs is measured, not set.
@@ -224,7 +224,8 @@ class Trainer:
             raise ValueError("the snapshot has no engagement before its cut-off to train on")
         held_out = None
         if c.total_cycles > 1 and c.holdout_users > 0:  # a choice between cycles needs examples it did not train on
-            self.examples, held_out = hold_out(self.examples, c.holdout_users, first_contacts(graph, self.examples))
+            users = min(c.holdout_users, self.examples.anchor.unique().numel() // 10)  # the rest train
+            self.examples, held_out = hold_out(self.examples, users, first_contacts(graph, self.examples))
         self.candidates = CandidateSampler(graph.num_nodes, targets, self.examples, c.pool_alpha)
         if c.steps == 0:  # one budget for any data: epochs over the examples, all processes together
             self.config = c = dataclasses.replace(c, steps=max(1, math.ceil(c.epochs * len(self.examples) / (c.batch_size * self.world))))

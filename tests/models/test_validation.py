@@ -137,8 +137,9 @@ def test_the_trainer_keeps_the_best_cycle_and_stops_when_a_cycle_does_not_improv
     _, _, graph = planted
     config = tiny_config(steps=6, batch_size=32, lr=2e-2, cycles=4, holdout_users=30, checkpoint_every=5)
     trainer = Trainer(graph, config, encoder_for(graph), SAMPLER, tmp_path / "run")
-    assert len(trainer.validation.held_out) == 30
     held = trainer.validation.held_out
+    users = set(trainer.examples.anchor.tolist()) | set(held.anchor.tolist())
+    assert len(held) == len(users) // 10 < 30  # a tenth of the users who engaged, below the 30 asked for
     since = dict(zip(held.anchor.tolist(), held.time.tolist()))
     assert all(t < since.get(a, float("inf")) for a, t in zip(trainer.examples.anchor.tolist(), trainer.examples.time.tolist()))
     assert bool(first_contacts(graph, held).all())  # each a first contact, none of its user's examples from then on trained on
@@ -167,6 +168,6 @@ def test_one_cycle_holds_nothing_out(planted, tmp_path):
     _, _, graph = planted
     one = Trainer(graph, tiny_config(steps=2, holdout_users=30), encoder_for(graph), SAMPLER, tmp_path / "one")
     two = Trainer(graph, tiny_config(steps=2, holdout_users=30, cycles=2), encoder_for(graph), SAMPLER, tmp_path / "two")
-    assert one.validation is None and len(one.examples) >= len(two.examples) + 30
+    assert one.validation is None and len(one.examples) >= len(two.examples) + len(two.validation.held_out) > len(two.examples)
     result = one.fit()
     assert result.cycle_recall == [] and result.selected_cycle == 0 and result.step == 2

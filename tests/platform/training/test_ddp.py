@@ -1,5 +1,6 @@
 """torchrun hands its checkpoint to the asset: both build their configs from the same settings."""
 
+import json
 import os
 import subprocess
 import sys
@@ -43,12 +44,14 @@ def test_torchrun_sh_trains_two_ranks_and_the_asset_publishes_that_checkpoint(tm
     for key in r0:
         assert torch.allclose(r0[key], r1[key], atol=1e-6), key
     trained = load_file(str(work / "model.safetensors"))
+    state = json.loads((work / "state.json").read_text())
+    assert state["step"] == {1: 3, 2: 9}[len(state["cycle_recall"])]  # two ranks through the default's cycles (3, then 6 steps)
 
     settings = Settings.from_mapping(settings_env)
     result = dg.materialize([hir_encoder], partition_key=DAY, resources=build_resources(settings))
     assert result.success
     meta = result.asset_materializations_for_node("hir_encoder")[0].metadata
-    assert meta["steps"].value == 3
+    assert meta["steps"].value == state["step"]
     published = home / "artifacts" / "hir_encoder" / DAY / "model.safetensors"
     published = load_file(str(published))
     assert published.keys() == trained.keys()
