@@ -43,10 +43,10 @@ target types (:class:`~hir.models.candidates.CandidateSampler`):
 
 With ``cycles > 1`` the schedule restarts (warm restarts: the first cycle has ``steps`` steps, each
 next one twice as many, and each decays from the peak again, the teacher's momentum too) and the
-newest first contact of ``holdout_users`` users (at most a tenth) is held out of training; after each cycle the
-student is scored on them
-(:mod:`hir.models.validation`, Recall@10) and training stops at the first cycle that does not
-improve, keeping the best cycle's weights — so how many passes the data needs is measured, not set.
+newest first contact of ``holdout_users`` users (at most a tenth) is held out of training; after
+each cycle the student is scored on them (:mod:`hir.models.validation`, Recall@10) and training
+stops at the first cycle that does not improve, keeping the best cycle's weights — so how many
+passes the data needs is measured, not set.
 
 A snapshot without engagements of users with target-type nodes trains on every edge instead
 (anchors and positives of every type, unit weights).
