@@ -7,10 +7,10 @@ newest first contacts are the newest of the snapshot; training keeps none of tho
 from then on. First contacts, because what comes next for a user is mostly new to it (on the
 synthetic default 84 % of the next day's purchases), while its newest engagement is mostly a funnel
 step on something it already saw (98 % there) — a criterion that rewards recalling a user's own
-history picked more cycles than the next day's purchases wanted. With ``t₀`` the
-earliest of their times, the candidates are embedded from views strictly before ``t₀`` — no
-candidate's view holds a held-out engagement — and each held-out user ``u`` from its views strictly
-before its own time ``t_u``; the candidates are scored as the training task scores them,
+history picked more cycles than the next day's purchases wanted. With ``t₀`` the earliest of their
+times, the candidates are embedded from views strictly before ``t₀`` — no candidate's view holds a
+held-out engagement — and each held-out user ``u`` from its views strictly before its own time
+``t_u``; the candidates are scored as the training task scores them,
 
 ``z_ui = ⟨ĥ_u, ĥ_i⟩ / T + π_i(t_u)``
 
