@@ -7,6 +7,7 @@ import pytest
 import torch
 from hir.models.checkpoint import load_model
 from hir.models.examples import CausalExamples, training_examples
+from hir.models.graph import TemporalGraph, build_csr
 from hir.models.model import TrainConfig
 from hir.models.planted import PlantedEvents, planted_events, snapshot_at
 from hir.models.prior import CausalPopularity
@@ -45,8 +46,6 @@ def test_hold_out_takes_the_newest_example_of_the_users_who_engaged_last():
 
 
 def test_first_contacts_are_engagements_with_something_the_user_had_no_edge_with():
-    from hir.models.graph import TemporalGraph, build_csr
-
     # user 0 views item 2 at 5 and buys it at 9; it buys item 3 at 7 with no earlier edge; user 1
     # buys item 2 at 4, though it views it later (at 8): nothing of that pair ended before 4
     src, dst = torch.tensor([0, 0, 0, 1, 1]), torch.tensor([2, 2, 3, 2, 2])
