@@ -144,7 +144,7 @@ def hir_encoder(context: dg.AssetExecutionContext, artifacts: ArtifactStore, tor
             "held_out_recall_by_cycle": dg.MetadataValue.md(markdown_table(
                 ["cycle", "held-out Recall@10", "kept"],
                 [(i + 1, r, "yes" if i + 1 == result.selected_cycle else "") for i, r in enumerate(result.cycle_recall)],
-                {"held-out Recall@10": ".4f"}, empty="one cycle, nothing held out (HIR_TRAIN_CYCLES=1)")),
+                {"held-out Recall@10": ".4f"}, empty="no held-out choice (HIR_TRAIN_CYCLES=1, HIR_TRAIN_HOLDOUT_USERS=0, or under 10 users)")),
             "curves": _curves_plot(result.metrics),
         }
     )
