@@ -413,6 +413,17 @@ def test_increments_add_parts_equal_to_the_full_rebuild_across_a_compaction(tmp_
     compacted = folders[COMPACT_PARTS] / STATE_DIR
     assert read_json(compacted / "state.json")["reference_iso"] == cutoffs[COMPACT_PARTS].isoformat()
     assert not (compacted / "edges.parquet").samefile(folders[0] / STATE_DIR / "edges.parquet")
+    # base parts (the full rebuild's, a compaction's) in Parquet v2's delta encodings, delta parts plain v1
+    assert [_id_encodings(folders[0] / STATE_DIR / "edges.parquet"), _id_encodings(compacted / "edges.parquet"),
+            _id_encodings(folders[1] / STATE_DIR / "edges-1.parquet")] == ["DELTA_BINARY_PACKED"] * 2 + ["PLAIN"]
+
+
+def _id_encodings(part) -> str:
+    """The data encoding of a part's ``src`` column (every row group's, which must agree)."""
+    meta = pq.ParquetFile(part).metadata
+    names = {name for g in range(meta.num_row_groups) for name in meta.row_group(g).column(0).encodings if name != "RLE"}
+    assert len(names) == 1, names
+    return names.pop()
 
 
 def test_a_late_event_recomputes_from_its_day_on_a_state_with_parts(tmp_path):

@@ -98,6 +98,12 @@ FULL_REBUILD_START = "-infinity"  # the window start of a full rebuild: all hist
 # The state files are written plain (no compression, no dictionary pages): about twice the size of
 # DuckDB's default snappy + dictionary, written in under half the time; they are read once, the next day.
 STATE_FORMAT = "(FORMAT parquet, COMPRESSION uncompressed, DICTIONARY_SIZE_LIMIT 1)"
+# A base edge part (a full rebuild or a compaction: every edge) is written with Parquet v2's delta
+# encodings, still uncompressed: ids and times shrink to a few bytes a row (805 MB → 342 MB for the
+# bench's 15 M edges), written as fast at 1.5 M edges and a sixth to a quarter faster at 15 M, where
+# the plain file's writeback to disk is the cost. A delta part stays v1: each later merge read v2 parts
+# about 1 ms slower.
+BASE_PART_FORMAT = STATE_FORMAT[:-1] + ", PARQUET_VERSION v2)"
 
 # The edge types of a stored state, registered while snap_state_types is made of them:
 # (state_type_id, edge_type_id, rate), the state's type ids mapped to the current ones.
@@ -656,8 +662,10 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
         elif base:
             _load_state_types(con, base, {name: i for i, (name, _, _) in enumerate(types)})
         edges = STEP_ROWS if append else ADVANCED_EDGES if base else STEP_EDGES
-        for query, name in ((edges, parts[-1]), (STEP_SEQUENCES, sequence_parts[-1]), (DAYS_BEFORE, "days.parquet")):
-            con.execute(f"COPY ({query}) TO $path {STATE_FORMAT}", {**_bind(query, values), "path": str(folder / name)})
+        edge_format = STATE_FORMAT if append else BASE_PART_FORMAT
+        for query, name, form in ((edges, parts[-1], edge_format), (STEP_SEQUENCES, sequence_parts[-1], STATE_FORMAT),
+                                  (DAYS_BEFORE, "days.parquet", STATE_FORMAT)):
+            con.execute(f"COPY ({query}) TO $path {form}", {**_bind(query, values), "path": str(folder / name)})
     finally:
         drop_event_days(con)
         for table in ("snap_sequences", "snap_state_types"):

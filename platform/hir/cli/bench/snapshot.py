@@ -253,17 +253,17 @@ def same_state(a: Path, b: Path) -> bool:
 
 def edge_write_seconds(state: Path, settings: Settings, repeat: int) -> float:
     """The fastest of ``repeat`` writes of ``state``'s edge table, loaded into memory first, as the
-    edge state writes it (:data:`hir.graph.snapshot.STATE_FORMAT`)."""
+    edge state writes a base part (:data:`hir.graph.snapshot.BASE_PART_FORMAT`)."""
     import duckdb
 
-    from hir.graph.snapshot import STATE_FORMAT, configure
+    from hir.graph.snapshot import BASE_PART_FORMAT, configure
 
     con = duckdb.connect()
     try:
         configure(con, settings)
         con.execute("CREATE TABLE edges AS SELECT * FROM read_parquet(?)", [str(state / "edges.parquet")])
         path = str(state.parent / "edge_write.parquet")
-        return min(_timed(lambda: con.execute(f"COPY edges TO $path {STATE_FORMAT}", {"path": path}))[0][0] for _ in range(repeat))
+        return min(_timed(lambda: con.execute(f"COPY edges TO $path {BASE_PART_FORMAT}", {"path": path}))[0][0] for _ in range(repeat))
     finally:
         con.close()
 
