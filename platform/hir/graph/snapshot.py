@@ -100,9 +100,9 @@ FULL_REBUILD_START = "-infinity"  # the window start of a full rebuild: all hist
 STATE_FORMAT = "(FORMAT parquet, COMPRESSION uncompressed, DICTIONARY_SIZE_LIMIT 1)"
 # A base edge part (a full rebuild or a compaction: every edge) is written with Parquet v2's delta
 # encodings, still uncompressed: ids and times shrink to a few bytes a row (805 MB → 342 MB for the
-# bench's 15 M edges), written as fast at 1.5 M edges and a sixth to a quarter faster at 15 M, where
-# the plain file's writeback to disk is the cost. A delta part stays v1: each later merge read v2 parts
-# about 1 ms slower.
+# bench's 15 M edges); the full rebuild is as fast at 1.5 M edges and 15–22 % faster at 15 M, where
+# the plain file's writeback to disk was the cost. A delta part stays v1: each later merge read v2
+# parts about 1 ms slower.
 BASE_PART_FORMAT = STATE_FORMAT[:-1] + ", PARQUET_VERSION v2)"
 
 # The edge types of a stored state, registered while snap_state_types is made of them:
