@@ -148,6 +148,10 @@ class Settings:
     # few examples its entity is in): 4 lifts Amazon Beauty's Recall@10 0.0674 -> 0.0711 and costs the
     # synthetic default 0.1483 -> 0.1395, as more passes do (README, "Users pool what they engaged with")
     train_id_lr_scale: float = 1.0
+    # rows of the hashed-id table, three of which each id sums (hir.models.encoder.NodeEncoder.hashed_id):
+    # 2^18 instead of 2^16 changed nothing beyond noise on Amazon Beauty, the synthetic default or the
+    # Taobao funnel (README); a catalogue of millions of entities may want more
+    train_hash_buckets: int = 1 << 16
     train_broad_tokens: int = 128  # teacher view size
     train_narrow_tokens: int = 16  # student view size
     train_broad_recent: int = 64  # the anchor's newest entries a teacher view holds first (recency)

@@ -69,6 +69,8 @@ def training_configs(settings: Settings, graph, wk_dim: int = 0, device_type: st
     if settings.train_cycles < 1 or settings.train_holdout_users < 0:
         raise SettingsError(f"HIR_TRAIN_CYCLES={settings.train_cycles} must be ≥ 1 and "
                             f"HIR_TRAIN_HOLDOUT_USERS={settings.train_holdout_users} ≥ 0 (0: every cycle runs)")
+    if settings.train_hash_buckets < 1:
+        raise SettingsError(f"HIR_TRAIN_HASH_BUCKETS={settings.train_hash_buckets} must be ≥ 1")
     if settings.train_id_lr_scale <= 0:
         raise SettingsError(f"HIR_TRAIN_ID_LR_SCALE={settings.train_id_lr_scale:g} must be > 0 (1: the shared learning rate)")
     if settings.train_recency_pool < 0 or settings.train_recency_half_rank <= 0:
@@ -77,7 +79,7 @@ def training_configs(settings: Settings, graph, wk_dim: int = 0, device_type: st
             f"HIR_TRAIN_RECENCY_HALF_RANK={settings.train_recency_half_rank:g} > 0"
         )
     encoder = encoder_config_for(graph, settings.train_dim, settings.train_layers, settings.train_heads, wk_dim=wk_dim,
-                                 dropout=settings.train_dropout,
+                                 dropout=settings.train_dropout, hash_buckets=settings.train_hash_buckets,
                                  pooled_ids=settings.train_pooled_ids, pool_direct=True,
                                  recency_weight=settings.train_recency_pool, recency_half_rank=settings.train_recency_half_rank,
                                  recency_edge_types=engagement_edge_types(graph, train.funnel_weights))

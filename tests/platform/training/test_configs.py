@@ -28,7 +28,7 @@ def test_a_users_engagements_rank_by_recency_not_its_impressions():
     assert encoder.recency_type == planted.node_types.index("user") and encoder.recency_weight == Settings().train_recency_pool
 
 
-def test_a_negative_recency_weight_a_zero_half_rank_id_rate_or_cycle_count_is_a_clear_error():
+def test_training_settings_out_of_range_are_clear_errors():
     import pytest
     from hir.errors import SettingsError
 
@@ -41,6 +41,9 @@ def test_a_negative_recency_weight_a_zero_half_rank_id_rate_or_cycle_count_is_a_
     with pytest.raises(SettingsError, match="HIR_TRAIN_ID_LR_SCALE=0"):
         training_configs(Settings().replace(train_id_lr_scale=0.0), graph)
     assert training_configs(Settings().replace(train_id_lr_scale=4.0), graph).train.id_lr_scale == 4.0
+    with pytest.raises(SettingsError, match="HIR_TRAIN_HASH_BUCKETS=0"):
+        training_configs(Settings().replace(train_hash_buckets=0), graph)
+    assert training_configs(Settings().replace(train_hash_buckets=1 << 18), graph).encoder.hash_buckets == 1 << 18
     with pytest.raises(SettingsError, match="HIR_TRAIN_CYCLES=0"):
         training_configs(Settings().replace(train_cycles=0), graph)
     with pytest.raises(SettingsError, match="HIR_TRAIN_HOLDOUT_USERS=-1"):
