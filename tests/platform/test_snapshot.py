@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import shared_data
 from hir.graph.snapshot import (
-    COMPACT_PARTS,
+    COMPACT_STEPS,
+    FOLLOWED_BY,
     STATE_DIR,
     Provenance,
     build_snapshot,
@@ -22,7 +23,7 @@ from hir.graph.snapshot import (
 from hir.graph.warehouse import connect, event_days_complete
 from hir.models.graph import load_snapshot
 from hir.settings import Settings
-from hir.storage import read_json
+from hir.storage import read_json, write_json
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -382,17 +383,18 @@ def _build_pair(con, cutoff, settings, full_settings, folder, full, states):
 
 
 def test_increments_add_parts_equal_to_the_full_rebuild_across_a_compaction(tmp_path):
-    """More than COMPACT_PARTS days in a row: every day adds one part (earlier parts hard links, not
-    rewritten) until a state holds COMPACT_PARTS of them; the next day compacts them into one base part.
-    Every snapshot equals the full rebuild, and so does the state, parts merged."""
+    """More than COMPACT_STEPS days in a row: every day adds two parts, its events' and its transitions'
+    (earlier parts hard links, not rewritten), until a state holds COMPACT_STEPS days; the next day
+    compacts them into one base part. Every snapshot equals the full rebuild, and so does the state,
+    parts merged."""
     from hir.cli.bench.snapshot import same_state
 
     settings = Settings.from_mapping({}, data_home=tmp_path, synthetic_days=14, threads=1)
     full_settings = Settings.from_mapping({}, data_home=tmp_path, synthetic_days=14, threads=1, snapshot_incremental=False)
     warehouse = _synthetic_warehouse(tmp_path, settings)
-    days = COMPACT_PARTS + 3
+    days = COMPACT_STEPS + 3
     cutoffs = [datetime(2026, 1, 3 + d, tzinfo=UTC) for d in range(days)]
-    folders, parts = [], []
+    folders, parts, transitions = [], [], 0
     with connect(warehouse, read_only=True) as con:
         for cutoff in cutoffs:
             folder, full = tmp_path / f"inc-{cutoff.date()}", tmp_path / f"full-{cutoff.date()}"
@@ -403,15 +405,22 @@ def test_increments_add_parts_equal_to_the_full_rebuild_across_a_compaction(tmp_
             parts.append(_state_parts(folder))
             if len(parts[-1]) > 1:  # the base's parts are links to the very files of the base
                 previous = folders[-1] / STATE_DIR
-                assert parts[-1][:-1] == _state_parts(folders[-1])
-                assert all((folder / STATE_DIR / name).samefile(previous / name) for name in parts[-1][:-1])
-                assert pq.ParquetFile(folder / STATE_DIR / parts[-1][-1]).metadata.num_rows < \
+                step = len(read_json(folder / STATE_DIR / "state.json")["sequence_parts"]) - 1
+                assert parts[-1][-2:] == [f"edges-{step}.parquet", f"edges-{step}-transitions.parquet"]
+                assert parts[-1][:-2] == _state_parts(folders[-1])
+                assert all((folder / STATE_DIR / name).samefile(previous / name) for name in parts[-1][:-2])
+                assert pq.ParquetFile(folder / STATE_DIR / parts[-1][-2]).metadata.num_rows < \
                     pq.ParquetFile(full / STATE_DIR / "edges.parquet").metadata.num_rows  # a day, not all of it
+                followed_by = read_json(folder / STATE_DIR / "state.json")["edge_types"].index(FOLLOWED_BY)
+                types = [set(pq.read_table(folder / STATE_DIR / name)["edge_type_id"].to_pylist()) for name in parts[-1][-2:]]
+                assert followed_by not in types[0] and types[1] <= {followed_by}  # the day's transitions, apart
+                transitions += pq.ParquetFile(folder / STATE_DIR / parts[-1][-1]).metadata.num_rows
             folders.append(folder)
+    assert transitions > 0
     counts = [len(p) for p in parts]
-    assert counts == [*range(1, COMPACT_PARTS + 1), 1, 2, 3][:days]
-    compacted = folders[COMPACT_PARTS] / STATE_DIR
-    assert read_json(compacted / "state.json")["reference_iso"] == cutoffs[COMPACT_PARTS].isoformat()
+    assert counts == [*(1 + 2 * day for day in range(COMPACT_STEPS)), 1, 3, 5][:days]
+    compacted = folders[COMPACT_STEPS] / STATE_DIR
+    assert read_json(compacted / "state.json")["reference_iso"] == cutoffs[COMPACT_STEPS].isoformat()
     assert not (compacted / "edges.parquet").samefile(folders[0] / STATE_DIR / "edges.parquet")
     # base parts (the full rebuild's, a compaction's) in Parquet v2's delta encodings, delta parts plain v1
     assert [_id_encodings(folders[0] / STATE_DIR / "edges.parquet"), _id_encodings(compacted / "edges.parquet"),
@@ -440,7 +449,7 @@ def test_a_late_event_recomputes_from_its_day_on_a_state_with_parts(tmp_path):
             folder.mkdir()
             build_snapshot(con, cutoff, settings, folder, states=[f / STATE_DIR for f in reversed(folders)])
             folders.append(folder)
-    assert len(_state_parts(folders[3])) == 4  # the base the late event leaves: three increments on a full state
+    assert len(_state_parts(folders[3])) == 1 + 2 * 3  # the base the late event leaves: three increments on a full state
     with connect(warehouse) as con:  # written past the loader: the day fingerprints fall short, the log is scanned
         user, item = con.execute("SELECT src, dst FROM events WHERE event_type = 'purchase' LIMIT 1").fetchone()
         con.execute("INSERT INTO events VALUES (?, ?, 'purchase', ?, 1.0)", [user, item, datetime(2026, 1, 6, 9, tzinfo=UTC)])
@@ -452,7 +461,7 @@ def test_a_late_event_recomputes_from_its_day_on_a_state_with_parts(tmp_path):
     assert (provenance.mode, provenance.base_cutoff) == ("incremental", cutoffs[3])  # the state at Jan 6 00:00
     assert provenance.first_late_day == datetime(2026, 1, 6).date() and provenance.late_events == 1
     assert provenance.stale == (folders[4] / STATE_DIR,)
-    assert _state_parts(tmp_path / "late") == [*_state_parts(folders[3]), "edges-4.parquet"]
+    assert _state_parts(tmp_path / "late") == [*_state_parts(folders[3]), "edges-4.parquet", "edges-4-transitions.parquet"]
 
 
 def test_a_new_event_type_compacts_the_parts_into_the_new_type_ids(tiny, tmp_path):
@@ -467,7 +476,7 @@ def test_a_new_event_type_compacts_the_parts_into_the_new_type_ids(tiny, tmp_pat
             folder.mkdir()
             build_snapshot(con, DAY0 + timedelta(days=day), settings, folder, states=[f / STATE_DIR for f in reversed(folders)])
             folders.append(folder)
-        assert len(_state_parts(folders[-1])) == 3
+        assert len(_state_parts(folders[-1])) == 1 + 2 * 2  # two increments on a full state
         add_events(con, [(1, 10, "add_to_cart", DAY0 + timedelta(days=4, hours=3), 1.0)])  # sorts first: every id shifts
         summary = _build_pair(con, DAY0 + timedelta(days=5), settings, full_settings, tmp_path / "new", tmp_path / "new-full",
                               [f / STATE_DIR for f in reversed(folders)])
@@ -500,10 +509,11 @@ def test_writing_a_state_again_in_its_folder_leaves_the_linked_base_alone(tiny, 
         before = {name: pq.read_table(base / STATE_DIR / name) for name in ("edges.parquet", "sequences.parquet")}
         for _ in range(2):  # a rerun finds the links of the first run in place
             build_snapshot(con, DAY0 + timedelta(days=4), settings, inc, states=[base / STATE_DIR])
-            assert _state_parts(inc) == ["edges.parquet", "edges-1.parquet"]
+            assert _state_parts(inc) == ["edges.parquet", "edges-1.parquet", "edges-1-transitions.parquet"]
             assert read_json(inc / STATE_DIR / "state.json")["sequence_parts"] == ["sequences.parquet", "sequences-1.parquet"]
         build_snapshot(con, DAY0 + timedelta(days=4), Settings.from_mapping({}, threads=1, snapshot_incremental=False), inc)
-        assert _state_parts(inc) == ["edges.parquet"] and not (inc / STATE_DIR / "edges-1.parquet").exists()
+        assert _state_parts(inc) == ["edges.parquet"]
+        assert not any((inc / STATE_DIR / name).exists() for name in ("edges-1.parquet", "edges-1-transitions.parquet"))
         assert not (inc / STATE_DIR / "sequences-1.parquet").exists()
         for name in before:
             assert not (inc / STATE_DIR / name).samefile(base / STATE_DIR / name)
@@ -530,7 +540,34 @@ def test_a_delta_part_holds_single_events_and_one_written_with_counts_still_adva
         summary = _build_pair(con, DAY0 + timedelta(days=5), settings, full_settings, tmp_path / "c", tmp_path / "c-full",
                               [inc / STATE_DIR])
     assert summary.provenance.mode == "incremental"
-    assert _state_parts(tmp_path / "c") == ["edges.parquet", "edges-1.parquet", "edges-2.parquet"]
+    assert _state_parts(tmp_path / "c") == ["edges.parquet", "edges-1.parquet", "edges-1-transitions.parquet",
+                                            "edges-2.parquet", "edges-2-transitions.parquet"]
+
+
+def test_a_state_with_one_delta_part_per_increment_still_advances(tiny, tmp_path):
+    """A state written before an increment's transitions had a part of their own holds one delta part
+    per increment, events and transitions together: it is read by the parts its state.json lists, and
+    the next step adds its two parts after them and equals the full rebuild."""
+    settings = Settings.from_mapping({}, threads=1)
+    full_settings = Settings.from_mapping({}, threads=1, snapshot_incremental=False)
+    base, inc = tmp_path / "a", tmp_path / "b"
+    base.mkdir(), inc.mkdir()
+    with connect(tiny) as con:
+        add_events(con, [(2, 10, "purchase", DAY0 + timedelta(days=4, hours=h), 1.0) for h in (1, 3)]
+                   + [(2, 12, "purchase", DAY0 + timedelta(days=4, hours=2), 1.0)])  # 11 → 10 → 12 → 10
+        build_snapshot(con, DAY0 + timedelta(days=4), settings, base)
+        build_snapshot(con, DAY0 + timedelta(days=5), settings, inc, states=[base / STATE_DIR])
+        state = inc / STATE_DIR
+        events, transitions = (pq.read_table(state / name) for name in ("edges-1.parquet", "edges-1-transitions.parquet"))
+        assert transitions.num_rows > 0
+        (state / "edges-1-transitions.parquet").unlink()
+        pq.write_table(pa.concat_tables([events, transitions.cast(events.schema)]), state / "edges-1.parquet")
+        meta = read_json(state / "state.json")
+        write_json(state / "state.json", {**meta, "edge_parts": ["edges.parquet", "edges-1.parquet"]})
+        summary = _build_pair(con, DAY0 + timedelta(days=6), settings, full_settings, tmp_path / "c", tmp_path / "c-full",
+                              [inc / STATE_DIR])
+    assert summary.provenance.mode == "incremental"
+    assert _state_parts(tmp_path / "c") == ["edges.parquet", "edges-1.parquet", "edges-2.parquet", "edges-2-transitions.parquet"]
 
 
 @pytest.mark.parametrize("change", ["ts", "dst"])

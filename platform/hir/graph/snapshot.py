@@ -24,12 +24,13 @@ sequence event type (so the next window's first transition is known); and a fing
 and a checksum) of every day before ``T``. Since ``2^(-(T'-ts)/h) = 2^(-(R-ts)/h) · 2^(-(T'-R)/h)``,
 the edges at any cut-off ``T'`` are the stored ones summed per key with their weights multiplied once
 by the decay from ``R`` to ``T'``: counts add, first/last times take the min/max. The edges are kept
-as *parts*: a base part and one small delta part per increment, all with weights as of the same
+as *parts*: a base part and two small delta parts per increment, all with weights as of the same
 ``R``. An increment therefore reads the events of ``[T, T')`` only and writes their rows (one per
 event or transition, without the count 1 and the first time, which is the last: a day's events barely
-aggregate) as a new part; the earlier parts are hard links into the new state, not rewritten. The
-parts are merged when the snapshot is written, and compacted into one base part (``R = T'``) every
-:data:`COMPACT_PARTS` parts, when the edge types (and so their ids) changed, and before the weights
+aggregate) as new parts, the events' and the transitions' (written at once by two connections); the
+earlier parts are hard links into the new state, not rewritten. The parts are merged when the
+snapshot is written, and compacted into one base part (``R = T'``) after :data:`COMPACT_STEPS`
+steps, when the edge types (and so their ids) changed, and before the weights
 as of ``R`` would leave the range of ``exp()`` (:data:`MAX_EXPONENT`). That equals the full
 recomputation (weights up to float rounding). A state is used
 only if its half-lives, sequence event types and day checksum are the current ones and its day
@@ -60,8 +61,10 @@ path spliced into the text), and the tests write through it.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -88,9 +91,10 @@ STATE_DIR = "state"  # the edge state inside a snapshot folder (see build_edge_s
 STATE_FILES = ("days.parquet", "state.json")  # and its edge and sequence parts (state.json)
 BASE_PART = "edges.parquet"  # the edge part of a full rebuild or a compaction
 BASE_SEQUENCES = "sequences.parquet"  # the sequence part of a full rebuild or a compaction
-# A state with this many edge parts is compacted by the next step: merging the parts costs the
-# snapshot a GROUP BY over all of them, a compaction costs the step one rewrite of the edge state.
-COMPACT_PARTS = 7
+# A state made of this many steps (its base and the increments on it, one sequence part each) is
+# compacted by the next step: merging the parts costs the snapshot a GROUP BY over all of them, a
+# compaction costs the step one rewrite of the edge state.
+COMPACT_STEPS = 7
 # Parts are appended only while every decay exponent (T' - R) / h · ln 2 stays below this: the weights
 # as of R of events after R grow as 2^((ts - R)/h), and exp() overflows past 709.
 MAX_EXPONENT = 500.0
@@ -104,6 +108,10 @@ STATE_FORMAT = "(FORMAT parquet, COMPRESSION uncompressed, DICTIONARY_SIZE_LIMIT
 # the plain file's writeback to disk was the cost. A delta part stays v1: each later merge read v2
 # parts about 1 ms slower.
 BASE_PART_FORMAT = STATE_FORMAT[:-1] + ", PARQUET_VERSION v2)"
+# An increment's edge parts are written in row groups of 32 k rows, not DuckDB's 122,880: the writer
+# holds a row group in memory, and in a snapshot's new connection that memory is freshly mapped, every
+# page a fault; a day's events on the bench (178 k rows) are written in 8 ms so, 11 ms in big groups.
+DELTA_PART_FORMAT = STATE_FORMAT[:-1] + ", ROW_GROUP_SIZE 32768)"
 
 # The edge types of a stored state, registered while snap_state_types is made of them:
 # (state_type_id, edge_type_id, rate), the state's type ids mapped to the current ones.
@@ -112,19 +120,14 @@ STATE_TYPES = "snapshot_state_types"
 # The decay rate of a type: ln 2 / half-life, per microsecond.
 RATE = "ln(2.0) / (86400e6 * half_life_days)"
 
-# Edge types over the whole warehouse (the event types of its day fingerprints, snap_event_days, and
-# the relations), so ids are stable across partitions: 0-based id in name order, the half-life in days
-# (from the settings' map $half_lives, the default for a type it does not list) and the decay rate
-# ln 2 / half-life per microsecond. followed_by is a type whenever sequence events are configured,
-# whether or not any occur yet. The half-lives are a MAP parameter: registering them as a table cost
-# about 1 ms a step more.
-EDGE_TYPES = f"""
-SELECT edge_type, edge_type_id, half_life_days, {RATE} AS rate
-FROM (SELECT edge_type,
-             row_number() OVER (ORDER BY edge_type) - 1 AS edge_type_id,
-             coalesce(CAST($half_lives AS MAP(VARCHAR, DOUBLE))[edge_type], $default_half_life) AS half_life_days
-      FROM (SELECT event_type AS edge_type FROM snap_event_days UNION SELECT relation FROM relations
-            UNION SELECT '{FOLLOWED_BY}' WHERE len(CAST($sequence_events AS VARCHAR[])) > 0))
+# The names of the edge types over the whole warehouse: the event types of its day fingerprints
+# (snap_event_days) and the relations. prepare_edge_types numbers them.
+EDGE_TYPE_NAMES = "SELECT event_type FROM snap_event_days UNION SELECT relation FROM relations"
+
+# The table of edge types from its columns as list parameters (computed by prepare_edge_types).
+EDGE_TYPES = """
+SELECT unnest(CAST($names AS VARCHAR[])) AS edge_type, unnest(CAST($ids AS BIGINT[])) AS edge_type_id,
+       unnest(CAST($half_lives AS DOUBLE[])) AS half_life_days, unnest(CAST($rates AS DOUBLE[])) AS rate
 """
 
 # The weight as of the reference time R (the cut-off, but in a delta part) of an event at ``ts`` whose
@@ -147,24 +150,28 @@ WHERE previous IS NOT NULL AND previous <> dst
 # incremental step at the cut-off of the state it advances.
 WINDOW = "ts >= CAST($start AS TIMESTAMPTZ) AND ts < $cutoff"
 
-# Each user's last item per sequence event type in a stored state (by ts, then dst): the newest
-# over its sequence parts. {users} narrows them (to the users and types of the window's sequence events).
+# Each user's last item per sequence event type in a stored state (by ts, then dst): the newest over its
+# sequence parts.
 STATE_SEQUENCES = """
 SELECT src, event_type, last.dst AS dst, last.ts AS ts
-FROM (SELECT src, event_type, max({{'ts': ts, 'dst': dst}}) AS last
-      FROM read_parquet($sequence_parts) {users}
+FROM (SELECT src, event_type, max({'ts': ts, 'dst': dst}) AS last
+      FROM read_parquet($sequence_parts)
       GROUP BY src, event_type)
 """
 
 # The sequences of a step (snap_sequences), in one window function: each sequence event of the window
-# (``fresh``) and the base's last item per user and type before it ({previous}: none in a full rebuild,
-# every user in a compaction, the window's users in an increment), with the item before it in its user's
-# sequence of that type (by ts, then dst) and whether it is the last there. The transitions and the new
-# last items are both read from this one table: apart (two temp tables, a window for the transitions and
-# an aggregation for the last items) they cost an increment several ms more, most of it the fixed cost of
-# each DuckDB statement and operator on a day's few thousand rows. The window is read from the log twice
-# (here and for the edges), not copied into a table first: a zone-mapped range scan of the warehouse
-# costs less than writing and re-reading the copy.
+# (``fresh``) and the base's sequence rows before it ({previous}: none in a full rebuild, every user's in
+# a compaction, the window's users' in an increment), with the item before it in its user's sequence of
+# that type (by ts, then dst) and whether it is the last there. The base's rows of a user and type are
+# the last items of each of its parts, all before the window: the newest of them (STATE_SEQUENCES) is
+# the one the window puts before the user's first fresh event, so they are not aggregated first (that
+# cost an increment 1.5 ms), and the ones before it only make transitions inside the base, which
+# STEP_TRANSITIONS leaves out. The transitions and the new last items are both read from this one
+# table: apart (two temp tables, a window for the transitions and an aggregation for the last items)
+# they cost an increment several ms more, most of it the fixed cost of each DuckDB statement and
+# operator on a day's few thousand rows. The window is read from the log twice (here and for the
+# edges), not copied into a table first: a zone-mapped range scan of the warehouse costs less than
+# writing and re-reading the copy.
 SEQUENCES = f"""
 WITH fresh AS (SELECT src, event_type, dst, ts
                FROM events
@@ -173,14 +180,16 @@ SELECT src, event_type, dst, ts, lag(dst) OVER w AS previous, lead(ts) OVER w IS
 FROM (SELECT src, event_type, dst, ts FROM fresh{{previous}})
 WINDOW w AS (PARTITION BY src, event_type ORDER BY ts, dst)
 """
-# The {previous} of SEQUENCES from a base state: its last items, of the window's users only or of all.
-PREVIOUS = " UNION ALL " + STATE_SEQUENCES
+# The {previous} of SEQUENCES from a base state: its sequence parts' rows, of the window's users only
+# ({users} = WINDOW_USERS) or of all.
+PREVIOUS = " UNION ALL SELECT src, event_type, dst, ts FROM read_parquet($sequence_parts) {users}"
 WINDOW_USERS = "SEMI JOIN fresh USING (src, event_type)"
 
 # Transitions whose later event lies in the window, as (previous item, item, ts of the later event):
 # the first event of a user and type in the window follows that user's last item before it.
 STEP_TRANSITIONS = """
-SELECT previous AS src, dst, ts FROM snap_sequences WHERE previous IS NOT NULL AND previous <> dst
+SELECT previous AS src, dst, ts FROM snap_sequences
+WHERE previous IS NOT NULL AND previous <> dst AND ts >= CAST($start AS TIMESTAMPTZ)
 """
 
 # One row per event of the window with its type id and its decayed weight as of the reference time;
@@ -220,15 +229,18 @@ UNION ALL
 {AGGREGATED.format(rows=EVENT_ROWS.format(types=f"AND e.event_type = '{FOLLOWED_BY}'") + " UNION ALL " + TRANSITION_ROWS)}
 """
 
-# The window's event and transition rows as an edge part, one row per event, not aggregated: a
-# delta part. A day's events aggregate into almost as many edges (about 1.3 events an edge on the
-# bench's log), so aggregating them would cost more than it saves; the parts are summed per key when
-# they are read (STATE_EDGES). A row's count (1) and first time (its last_ts) are left out: DuckDB's
-# writer spends about 1.5 ms a column on a day's rows, and they said nothing.
-STEP_ROWS = f"""
-SELECT src, dst, edge_type_id, ts AS last_ts, weight
-FROM ({EVENT_ROWS.format(types="")} UNION ALL {TRANSITION_ROWS})
+# An increment's edge rows, one per event or transition, not aggregated: two delta parts. A day's events
+# aggregate into almost as many edges (about 1.3 events an edge on the bench's log), so aggregating them
+# would cost more than it saves; the parts are summed per key when they are read (STATE_EDGES). A row's
+# count (1) and first time (its last_ts) are left out: DuckDB's writer spends about 1.5 ms a column on a
+# day's rows, and they said nothing. The events' part is written by a second connection while the first
+# computes the sequences (build_edge_state), so it reads the edge types from their list parameters (a
+# connection does not see another's temp tables); the transitions' part follows the sequences.
+EVENT_PART = f"""
+WITH snap_edge_types AS ({EDGE_TYPES})
+SELECT src, dst, edge_type_id, ts AS last_ts, weight FROM ({EVENT_ROWS.format(types="")})
 """
+TRANSITION_PART = f"SELECT src, dst, edge_type_id, ts AS last_ts, weight FROM ({TRANSITION_ROWS})"
 
 # A stored state's types (registered as STATE_TYPES) with their decay rates.
 STATE_TYPE_RATES = f"SELECT state_type_id, edge_type_id, {RATE} AS rate FROM {STATE_TYPES}"
@@ -496,18 +508,27 @@ def _days_before(before: datetime) -> dict:
 def prepare_edge_types(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[tuple[str, float, float]]:
     """Create the temp table ``snap_edge_types(edge_type, edge_type_id, half_life_days, rate)`` (after
     :func:`prepare_event_days`, whose event types it reads) and return its rows by id as
-    ``(edge_type, half_life_days, rate)``, read once for every use of a step in Python.
+    ``(edge_type, half_life_days, rate)``, for every use of a step in Python.
 
-    A type ``settings.half_life_days`` does not list gets ``settings.default_half_life_days``.
-    ``followed_by`` is a type when ``settings.sequence_events`` names any event type.
+    The types are those of the whole warehouse (:data:`EDGE_TYPE_NAMES`), so ids are stable across
+    partitions: 0-based in name order. ``followed_by`` is a type whenever ``settings.sequence_events``
+    names an event type, whether or not any transition occurs yet. A type ``settings.half_life_days``
+    does not list gets ``settings.default_half_life_days``; the decay rate is :data:`RATE` (the same
+    double: ln 2, then the product, then the quotient). Numbered here rather than in SQL, the step
+    saves about 0.7 ms, most of it binding the half-lives as a MAP.
     """
-    half_lives = {t: settings.half_life(t) for t in sorted(settings.half_life_days)}
-    con.execute(
-        f"CREATE OR REPLACE TEMP TABLE snap_edge_types AS {EDGE_TYPES}",
-        {"half_lives": {"key": list(half_lives), "value": list(half_lives.values())},
-         "default_half_life": float(settings.default_half_life_days), "sequence_events": settings.sequence_event_types},
-    )
-    return con.execute("SELECT edge_type, half_life_days, rate FROM snap_edge_types ORDER BY edge_type_id").fetchall()
+    names = {name for (name,) in con.execute(EDGE_TYPE_NAMES).fetchall()}
+    if settings.sequence_event_types:
+        names.add(FOLLOWED_BY)
+    types = [(name, settings.half_life(name), math.log(2.0) / (86400e6 * settings.half_life(name))) for name in sorted(names)]
+    con.execute(f"CREATE OR REPLACE TEMP TABLE snap_edge_types AS {EDGE_TYPES}", _edge_type_values(types))
+    return types
+
+
+def _edge_type_values(types: list[tuple[str, float, float]]) -> dict:
+    """The parameters of :data:`EDGE_TYPES` for the rows of :func:`prepare_edge_types`."""
+    return {"names": [name for name, _, _ in types], "ids": list(range(len(types))),
+            "half_lives": [half_life for _, half_life, _ in types], "rates": [rate for _, _, rate in types]}
 
 
 def copy_to_parquet(con: duckdb.DuckDBPyConnection, query: str, path: Path, params: dict | None = None) -> None:
@@ -606,12 +627,14 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
     :func:`choose_base`) only the events in ``[state cut-off, cutoff)`` are read; otherwise the whole
     log is; the day fingerprints come from the warehouse's table of days (:func:`prepare_event_days`).
     The results stream from the queries into the files (materialising them in DuckDB first would
-    cost about as much again). An increment writes the window's event and transition rows as one
-    more part beside hard links to the base state's parts (:func:`_appendable`, :data:`STEP_ROWS`);
-    otherwise, and every :data:`COMPACT_PARTS` parts, the edges are aggregated into one base part.
+    cost about as much again). An increment writes the window's event and transition rows as two
+    more parts beside hard links to the base state's parts (:func:`_appendable`, :data:`EVENT_PART`,
+    written on a second connection while this one computes the sequences, and :data:`TRANSITION_PART`);
+    otherwise, and after :data:`COMPACT_STEPS` steps, the edges are aggregated into one base part.
     Files, all Parquet but ``state.json``:
 
-    * the edge parts (``edges.parquet``, then ``edges-1.parquet`` …): ``src, dst, edge_type_id, count,
+    * the edge parts (``edges.parquet``, then ``edges-1.parquet``, ``edges-1-transitions.parquet`` …):
+      ``src, dst, edge_type_id, count,
       first_ts, last_ts, weight`` — event and transition edges (no relations) in entity ids, the weight
       as of the reference time; a key can be in several parts, and several times in a delta part, whose
       rows are single events without ``count`` and ``first_ts`` (:data:`STATE_EDGES` merges them);
@@ -626,7 +649,9 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
     atomically (``ArtifactStore.write_partition``).
 
     Args:
-        con: a connection to the warehouse (or any database with ``events`` and ``relations``).
+        con: a connection to the warehouse (or any database with ``events`` and ``relations`` tables:
+            an increment reads its window's events on a second connection of the same database, which
+            sees neither temp tables nor registered views).
         cutoff: the cut-off ``T``.
         settings: half-lives, sequence event types, ``snapshot_incremental``, ``snapshot_scan_days``.
         folder: where the state goes.
@@ -643,8 +668,9 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
                             else (None, Provenance("full")))
         append = base is not None and _appendable(base, cutoff, types)
         reference = base.reference if append else cutoff
-        parts = [*base.edge_parts, f"edges-{len(base.edge_parts)}.parquet"] if append else [BASE_PART]
-        sequence_parts = [*base.sequence_parts, f"sequences-{len(base.sequence_parts)}.parquet"] if append else [BASE_SEQUENCES]
+        step = len(base.sequence_parts) if append else 0  # an increment adds one sequence part
+        parts = [*base.edge_parts, f"edges-{step}.parquet", f"edges-{step}-transitions.parquet"] if append else [BASE_PART]
+        sequence_parts = [*base.sequence_parts, f"sequences-{step}.parquet"] if append else [BASE_SEQUENCES]
         values = {
             "cutoff": cutoff,
             "reference": reference,
@@ -654,18 +680,23 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
             "sequence_parts": [str(base.folder / name) for name in base.sequence_parts] if base else [],
             **_days_before(cutoff),
         }
-        sequences = SEQUENCES.format(previous=PREVIOUS.format(users=WINDOW_USERS if append else "") if base else "")
-        con.execute(f"CREATE OR REPLACE TEMP TABLE snap_sequences AS {sequences}", _bind(sequences, values))
-        if append:
-            for name in [*base.edge_parts, *base.sequence_parts]:
-                _link(base.folder / name, folder / name)
-        elif base:
-            _load_state_types(con, base, {name: i for i, (name, _, _) in enumerate(types)})
-        edges = STEP_ROWS if append else ADVANCED_EDGES if base else STEP_EDGES
-        edge_format = STATE_FORMAT if append else BASE_PART_FORMAT
-        for query, name, form in ((edges, parts[-1], edge_format), (STEP_SEQUENCES, sequence_parts[-1], STATE_FORMAT),
-                                  (DAYS_BEFORE, "days.parquet", STATE_FORMAT)):
-            con.execute(f"COPY ({query}) TO $path {form}", {**_bind(query, values), "path": str(folder / name)})
+        with ThreadPoolExecutor(max_workers=1) as background:
+            events = background.submit(_copy_on_cursor, con, EVENT_PART, {**values, **_edge_type_values(types)},
+                                       folder / parts[-2]) if append else None
+            sequences = SEQUENCES.format(previous=PREVIOUS.format(users=WINDOW_USERS if append else "") if base else "")
+            con.execute(f"CREATE OR REPLACE TEMP TABLE snap_sequences AS {sequences}", _bind(sequences, values))
+            if append:
+                for name in [*base.edge_parts, *base.sequence_parts]:
+                    _link(base.folder / name, folder / name)
+            elif base:
+                _load_state_types(con, base, {name: i for i, (name, _, _) in enumerate(types)})
+            edges = TRANSITION_PART if append else ADVANCED_EDGES if base else STEP_EDGES
+            edge_format = DELTA_PART_FORMAT if append else BASE_PART_FORMAT
+            for query, name, form in ((edges, parts[-1], edge_format), (STEP_SEQUENCES, sequence_parts[-1], STATE_FORMAT),
+                                      (DAYS_BEFORE, "days.parquet", STATE_FORMAT)):
+                con.execute(f"COPY ({query}) TO $path {form}", {**_bind(query, values), "path": str(folder / name)})
+            if events is not None:
+                events.result()
     finally:
         drop_event_days(con)
         for table in ("snap_sequences", "snap_state_types"):
@@ -684,12 +715,23 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
 
 
 def _appendable(base: EdgeState, cutoff: datetime, types: list[tuple[str, float, float]]) -> bool:
-    """Whether the step from ``base`` to ``cutoff`` can add a part rather than compact: ``base`` has fewer
-    than :data:`COMPACT_PARTS` parts, its type ids are the current ones (``types``, every part shares
+    """Whether the step from ``base`` to ``cutoff`` can add parts rather than compact: ``base`` is made of
+    fewer than :data:`COMPACT_STEPS` steps, its type ids are the current ones (``types``, every part shares
     them) and the decay from its reference time to ``cutoff`` stays within :data:`MAX_EXPONENT`."""
     span_us = (cutoff - base.reference).total_seconds() * 1e6
-    return (len(base.edge_parts) < COMPACT_PARTS and [name for name, _, _ in types] == base.edge_types
+    return (len(base.sequence_parts) < COMPACT_STEPS and [name for name, _, _ in types] == base.edge_types
             and max((rate for _, _, rate in types), default=0.0) * span_us < MAX_EXPONENT)
+
+
+def _copy_on_cursor(con: duckdb.DuckDBPyConnection, query: str, values: dict, path: Path) -> None:
+    """``COPY (query) TO path`` in :data:`DELTA_PART_FORMAT` on a new connection to ``con``'s database (in UTC),
+    so that it can run in another thread while ``con`` works; ``values`` may name more than ``query`` uses."""
+    cursor = con.cursor()
+    try:
+        cursor.execute("SET TimeZone = 'UTC'")
+        cursor.execute(f"COPY ({query}) TO $path {DELTA_PART_FORMAT}", {**_bind(query, values), "path": str(path)})
+    finally:
+        cursor.close()
 
 
 def _link(source: Path, target: Path) -> None:

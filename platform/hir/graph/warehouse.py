@@ -128,14 +128,17 @@ def _count(con: duckdb.DuckDBPyConnection, table: str) -> int:
     return con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
 
 
+# Whether the day fingerprints count every event, in one statement (a snapshot step asks it each time).
+EVENT_DAYS_COMPLETE = "SELECT (SELECT coalesce(sum(events), 0) FROM event_days) = (SELECT count(*) FROM events)"
+
+
 def event_days_complete(con: duckdb.DuckDBPyConnection) -> bool:
     """Whether ``event_days`` exists and accounts for every event (rows written into ``events``
     outside :func:`append_events`, or a warehouse from before the table, leave it short)."""
     try:
-        counted = con.execute("SELECT coalesce(sum(events), 0) FROM event_days").fetchall()[0][0]
+        return con.execute(EVENT_DAYS_COMPLETE).fetchall()[0][0]
     except duckdb.CatalogException:  # a database without the table (a bare log, a read-only old warehouse)
         return False
-    return counted == _count(con, "events")
 
 
 def append_events(con: duckdb.DuckDBPyConnection, table: str) -> int:

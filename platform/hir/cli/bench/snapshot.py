@@ -28,7 +28,7 @@ and checks share). Each side
 runs ``--repeat`` times, alternating; the fastest run counts. Each run writes where nothing is, as the
 asset writes into a new scratch partition: the previous run's output is removed before the clock
 starts. ``edge_write_s`` times the Parquet write of the full edge table alone (the full state's
-edges, from memory, in the state's format): what a compaction, every ``COMPACT_PARTS`` days, pays
+edges, from memory, in the state's format): what a compaction, every ``COMPACT_STEPS`` days, pays
 beyond the day's work, and what an increment no longer pays. Beside the wall-clock figures the
 result carries the fastest process CPU time of each side (all threads; it varies less with other
 load), ``duckdb_threads``, the memory cap DuckDB spills past (``HIR_DUCKDB_MEMORY_LIMIT``),
@@ -234,7 +234,7 @@ def state_sequences(folder: Path):
     try:
         con.execute("SET TimeZone = 'UTC'")
         parts = [str(folder / name) for name in state.sequence_parts]
-        df = con.execute(STATE_SEQUENCES.format(users=""), {"sequence_parts": parts}).df()
+        df = con.execute(STATE_SEQUENCES, {"sequence_parts": parts}).df()
     finally:
         con.close()
     return df.sort_values(["src", "event_type"], ignore_index=True)
