@@ -207,3 +207,23 @@ def test_config_round_trip():
     assert EncoderConfig.from_dict(CONFIG.to_dict()) == CONFIG
     with pytest.raises(ValueError, match="unknown encoder config keys: colour"):
         EncoderConfig.from_dict({**CONFIG.to_dict(), "colour": 1})
+
+
+def test_typed_metadata_projection_is_the_per_type_affine_map_and_its_gradient(view):
+    """``typed_meta`` (one matmul of the type-spread features) equals ``meta·W_meta[type] + b_meta[type]``
+    token by token, and so do the gradients it sends to ``W_meta`` and ``b_meta``."""
+    torch.manual_seed(3)
+    node = HIREncoder(CONFIG).node
+    torch.nn.init.normal_(node.meta_bias)
+    types, meta = view.node_type, view.meta
+    weight = torch.randn(*types.shape, CONFIG.dim)  # a cotangent that weighs every output differently
+    fast = node.typed_meta(types, meta)
+    (fast * weight).sum().backward()
+    grads = node.meta_weight.grad.clone(), node.meta_bias.grad.clone()
+    node.zero_grad()
+    slow = torch.einsum("bsf,bsfd->bsd", meta, node.meta_weight[types]) + node.meta_bias[types]
+    (slow * weight).sum().backward()
+    assert fast.shape == (*types.shape, CONFIG.dim)
+    torch.testing.assert_close(fast, slow)
+    torch.testing.assert_close(grads, (node.meta_weight.grad, node.meta_bias.grad))
+    assert len(types.unique()) == CONFIG.num_node_types  # every type's slot is exercised
