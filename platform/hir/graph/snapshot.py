@@ -65,6 +65,7 @@ import math
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -680,8 +681,9 @@ def build_edge_state(con: duckdb.DuckDBPyConnection, cutoff: datetime, settings:
             "sequence_parts": [str(base.folder / name) for name in base.sequence_parts] if base else [],
             **_days_before(cutoff),
         }
-        with ThreadPoolExecutor(max_workers=1) as background:
-            events = background.submit(_copy_on_cursor, con, EVENT_PART, {**values, **_edge_type_values(types)},
+        # the cursor is made here, not in the worker, and closed only after the worker is done
+        with (con.cursor() if append else nullcontext()) as cursor, ThreadPoolExecutor(max_workers=1) as background:
+            events = background.submit(_copy_on_cursor, cursor, EVENT_PART, {**values, **_edge_type_values(types)},
                                        folder / parts[-2]) if append else None
             sequences = SEQUENCES.format(previous=PREVIOUS.format(users=WINDOW_USERS if append else "") if base else "")
             con.execute(f"CREATE OR REPLACE TEMP TABLE snap_sequences AS {sequences}", _bind(sequences, values))
@@ -723,15 +725,12 @@ def _appendable(base: EdgeState, cutoff: datetime, types: list[tuple[str, float,
             and max((rate for _, _, rate in types), default=0.0) * span_us < MAX_EXPONENT)
 
 
-def _copy_on_cursor(con: duckdb.DuckDBPyConnection, query: str, values: dict, path: Path) -> None:
-    """``COPY (query) TO path`` in :data:`DELTA_PART_FORMAT` on a new connection to ``con``'s database (in UTC),
-    so that it can run in another thread while ``con`` works; ``values`` may name more than ``query`` uses."""
-    cursor = con.cursor()
-    try:
-        cursor.execute("SET TimeZone = 'UTC'")
-        cursor.execute(f"COPY ({query}) TO $path {DELTA_PART_FORMAT}", {**_bind(query, values), "path": str(path)})
-    finally:
-        cursor.close()
+def _copy_on_cursor(cursor: duckdb.DuckDBPyConnection, query: str, values: dict, path: Path) -> None:
+    """``COPY (query) TO path`` in :data:`DELTA_PART_FORMAT` on ``cursor`` (a second connection to the
+    warehouse, set to UTC here), so that it runs in another thread while the first works; ``values``
+    may name more than ``query`` uses."""
+    cursor.execute("SET TimeZone = 'UTC'")
+    cursor.execute(f"COPY ({query}) TO $path {DELTA_PART_FORMAT}", {**_bind(query, values), "path": str(path)})
 
 
 def _link(source: Path, target: Path) -> None:
