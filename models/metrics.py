@@ -151,7 +151,28 @@ def evaluate_queries(
     ks: Sequence[int] = (10,),
     batch_size: int = 1024,
 ) -> dict[str, float]:
-    """Mean metrics over all queries, scoring ``batch_size`` queries at a time.
+    """Mean metrics over all queries (:func:`per_query_metrics`, same arguments).
+
+    Returns:
+        ``{"recall@K": mean, "ndcg@K": mean, ..., "mrr": mean, "queries": Q}``.
+    """
+    per_query = per_query_metrics(score_fn, targets, n_items, exclude_indptr, exclude_indices, ks, batch_size)
+    result = {name: float(values.mean()) if len(values) else 0.0 for name, values in per_query.items()}
+    result["queries"] = len(pad_targets(targets))
+    return result
+
+
+def per_query_metrics(
+    score_fn: Callable[[np.ndarray], torch.Tensor],
+    targets: torch.Tensor,
+    n_items: int,
+    exclude_indptr: np.ndarray | None = None,
+    exclude_indices: np.ndarray | None = None,
+    ks: Sequence[int] = (10,),
+    batch_size: int = 1024,
+) -> dict[str, np.ndarray]:
+    """Every query's metrics, scoring ``batch_size`` queries at a time: the figures paired
+    comparisons between scorers resample (:func:`paired_bootstrap`).
 
     Args:
         score_fn: maps query row numbers ``rows`` (an int64 array into ``targets``) to ``[len(rows), n_items]`` scores.
@@ -162,10 +183,10 @@ def evaluate_queries(
         batch_size: queries per batch (memory is ``batch_size * n_items`` floats).
 
     Returns:
-        ``{"recall@K": mean, "ndcg@K": mean, ..., "mrr": mean, "queries": Q}``.
+        ``{"recall@K": [Q], "ndcg@K": [Q], ..., "mrr": [Q]}`` float64 arrays.
     """
     targets = pad_targets(targets)
-    sums: dict[str, float] = {}
+    parts: dict[str, list[np.ndarray]] = {}
     for start in range(0, len(targets), batch_size):
         rows = np.arange(start, min(start + batch_size, len(targets)))
         mask = None
@@ -173,8 +194,32 @@ def evaluate_queries(
             mask = exclusion_mask(exclude_indptr, exclude_indices, rows, n_items)
         batch = ranking_metrics(score_fn(rows), targets[rows], mask, ks)
         for name, values in batch.items():
-            sums[name] = sums.get(name, 0.0) + float(values.sum())
-    count = len(targets)
-    result = {name: value / max(count, 1) for name, value in sums.items()}
-    result["queries"] = count
-    return result
+            parts.setdefault(name, []).append(values.numpy())
+    names = [f"{m}@{k}" for k in ks for m in ("recall", "ndcg")] + ["mrr"]
+    return {name: np.concatenate(parts[name]) if name in parts else np.zeros(0) for name in names}
+
+
+def paired_bootstrap(a: np.ndarray, b: np.ndarray, replicates: int = 1000, seed: int = 0, level: float = 0.95) -> list[float]:
+    """Percentile interval of ``mean(a) − mean(b)`` for two scorers' per-query figures on the same
+    queries: each replicate draws the ``Q`` queries with replacement and both scorers are scored on
+    the same draw (paired), so what the queries share (hard users, easy ones) cancels.
+
+    Args:
+        a, b: ``[Q]`` per-query figures (e.g. :func:`per_query_metrics`' ``recall@10``) of the two scorers.
+        replicates: bootstrap draws; seed: their seed; level: the interval's coverage.
+
+    Returns:
+        ``[low, high]``.
+    """
+    difference = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    q = len(difference)
+    if q == 0:
+        return [float("nan"), float("nan")]
+    rng = np.random.default_rng(seed)
+    means = np.empty(replicates)
+    chunk = max(1, 2_000_000 // q)  # draws per batch: bounded memory on large query sets
+    for start in range(0, replicates, chunk):
+        n = min(chunk, replicates - start)
+        means[start:start + n] = difference[rng.integers(0, q, (n, q))].mean(axis=1)
+    tail = (1 - level) / 2 * 100
+    return [float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))]

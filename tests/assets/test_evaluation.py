@@ -60,6 +60,19 @@ def test_hir_is_scored_beside_the_baselines(evaluated):
     assert report["pipeline"]["train_steps"] == 20 and report["seed"] == 0
 
 
+def test_hir_against_each_baseline_is_a_paired_interval(evaluated):
+    _, report = evaluated
+    family = {f"hir_seq_minus_{n}" for n in ("sasrec", "sasrec_text", "sasrec_als")}
+    assert set(report["diff"]) == set(report["diff_ci"]) == {f"hir_minus_{b}" for b in report["baselines"]} | family
+    for name, figures in report["diff"].items():
+        scorer, other = ("hir_seq", name.removeprefix("hir_seq_minus_")) if name in family else ("hir", name.removeprefix("hir_minus_"))
+        for metric, value in figures.items():
+            rows = report["hir"][scorer], report["baselines"][other]
+            assert value == pytest.approx(rows[0][metric] - rows[1][metric], abs=2e-6)
+            low, high = report["diff_ci"][name][metric]
+            assert low <= value <= high and high - low < 0.5
+
+
 def test_retrieval_eval_runs_the_sequence_family_as_hir_eval_does(evaluated):
     home, report = evaluated
     folder = home / "eval" / "synthetic" / "artifacts" / "retrieval_eval" / report["pipeline"]["partition"]

@@ -11,6 +11,8 @@ from hir.models.metrics import (
     evaluate_queries,
     exclusion_mask,
     pad_targets,
+    paired_bootstrap,
+    per_query_metrics,
     ranking_metrics,
 )
 
@@ -82,3 +84,34 @@ def test_exclusion_mask_and_batched_evaluation():
     one = evaluate_queries(lambda rows: scores[rows], targets, 4, indptr, indices, ks=(2,), batch_size=10)
     two = evaluate_queries(lambda rows: scores[rows], targets, 4, indptr, indices, ks=(2,), batch_size=1)
     assert one == pytest.approx(two) and one["queries"] == 3
+
+
+def test_per_query_figures_are_the_means_parts():
+    gen = torch.Generator().manual_seed(2)
+    scores = torch.rand((7, 5), generator=gen)
+    targets = pad_targets([[0], [1, 2], [4], [3], [0, 4], [2], [1]])
+    per_query = per_query_metrics(lambda rows: scores[rows], targets, 5, ks=(2, 3), batch_size=3)
+    means = evaluate_queries(lambda rows: scores[rows], targets, 5, ks=(2, 3), batch_size=7)
+    assert list(per_query) == ["recall@2", "ndcg@2", "recall@3", "ndcg@3", "mrr"]
+    assert all(len(v) == 7 for v in per_query.values())
+    assert {k: float(v.mean()) for k, v in per_query.items()} == pytest.approx({k: v for k, v in means.items() if k != "queries"})
+    direct = ranking_metrics(scores, targets, ks=(2,))
+    assert np.allclose(per_query["ndcg@2"], direct["ndcg@2"].numpy())
+
+
+def test_the_paired_interval_covers_the_true_difference_and_cancels_what_queries_share():
+    # Queries differ a lot in difficulty (shared by both scorers); scorer a hits 0.05 more often.
+    rng = np.random.default_rng(0)
+    truth, covered, widths = 0.05, 0, []
+    for trial in range(40):
+        difficulty = rng.uniform(0.0, 0.8, 2000)
+        u = rng.uniform(size=2000)
+        a, b = (u < difficulty + truth).astype(float), (u < difficulty).astype(float)
+        low, high = paired_bootstrap(a, b, replicates=400, seed=trial)
+        covered += low <= truth <= high
+        widths.append(high - low)
+        unpaired = 2 * 1.96 * np.sqrt(a.var() / len(a) + b.var() / len(b))
+        assert high - low < unpaired / 2  # pairing removes the shared difficulty
+    assert covered >= 34  # ≈ 95 % of 40 (38 expected)
+    assert paired_bootstrap(a, a) == [0.0, 0.0]
+    assert np.isnan(paired_bootstrap(np.zeros(0), np.zeros(0))).all()

@@ -27,8 +27,8 @@ import pandas as pd
 
 from hir.errors import SourceError
 from hir.graph.sources.amazon_seq import read_item_texts, user_sequences
-from hir.models.baselines.base import Interactions, Queries, Scorer, evaluate
-from hir.models.metrics import pad_targets
+from hir.models.baselines.base import Interactions, Queries, Scorer, evaluate, evaluate_per_query
+from hir.models.metrics import pad_targets, paired_bootstrap
 
 DAY = 86_400.0
 
@@ -264,10 +264,11 @@ def _window_queries(pairs: pd.DataFrame, history: Interactions, mask_seen: bool)
 
 
 def run_scorers(split: Split, factories: dict[str, Callable[[], Scorer]], ks: Iterable[int],
-                progress: Callable[[str], None] = lambda _: None) -> dict[str, dict]:
+                progress: Callable[[str], None] = lambda _: None, per_query: dict | None = None) -> dict[str, dict]:
     """Fit each scorer on ``split.train`` (watching ``split.validation``) and evaluate it on the
     test queries and every slice. Returns ``{name: {metric: value, ..., "fit_seconds": s,
-    "epochs": n (neural baselines), "<slice>": {metric: value}}}``."""
+    "epochs": n (neural baselines), "<slice>": {metric: value}}}``; with ``per_query`` (a dict) it
+    also gets ``{name: {metric: [Q] array}}`` of the test queries, for :func:`paired_differences`."""
     ks = tuple(ks)
     results = {}
     for name, make in factories.items():
@@ -275,7 +276,11 @@ def run_scorers(split: Split, factories: dict[str, Callable[[], Scorer]], ks: It
         progress(f"fitting {name}")
         scorer = make().fit(split.train, split.validation)
         fitted = time.perf_counter() - started
-        row = {k: round(v, 6) if isinstance(v, float) else v for k, v in evaluate(scorer, split.test, ks).items()}
+        queries = evaluate_per_query(scorer, split.test, ks)
+        if per_query is not None:
+            per_query[name] = queries
+        means = {k: float(v.mean()) if len(v) else 0.0 for k, v in queries.items()} | {"queries": len(split.test.users)}
+        row = {k: round(v, 6) if isinstance(v, float) else v for k, v in means.items()}
         for slice_name, queries in split.slices.items():
             if len(queries.users):
                 sub = evaluate(scorer, queries, ks)
@@ -290,10 +295,16 @@ def run_scorers(split: Split, factories: dict[str, Callable[[], Scorer]], ks: It
 
 
 def run_over_seeds(split: Split, factories_at: Callable[[int], dict[str, Callable[[], Scorer]]], seeds: list[int],
-                   ks: Iterable[int], progress: Callable[[str], None] = lambda _: None) -> dict[str, dict]:
+                   ks: Iterable[int], progress: Callable[[str], None] = lambda _: None, per_query: dict | None = None) -> dict[str, dict]:
     """:func:`run_scorers` on ``factories_at(seed)`` for each of ``seeds``: with one seed its rows as
-    they are, with more one row per scorer by :func:`mean_over_seeds`."""
-    runs = [run_scorers(split, factories_at(seed), ks, lambda m, seed=seed: progress(f"seed {seed}: {m}")) for seed in seeds]
+    they are, with more one row per scorer by :func:`mean_over_seeds`; ``per_query`` gets each
+    query's figures averaged over the seeds."""
+    queries = [{} for _ in seeds]
+    runs = [run_scorers(split, factories_at(seed), ks, lambda m, seed=seed: progress(f"seed {seed}: {m}"), at)
+            for seed, at in zip(seeds, queries)]
+    if per_query is not None:
+        per_query.update({name: {m: np.mean([at[name][m] for at in queries], axis=0) for m in figures}
+                          for name, figures in queries[0].items()})
     if len(runs) == 1:
         return runs[0]
     return {name: mean_over_seeds([run[name] for run in runs], seeds) for name in runs[0]}
@@ -319,6 +330,20 @@ def _mean_and_std(rows: list[dict]) -> dict:
             figures = np.array([row[key] for row in rows], dtype=float)
             out[key], out[f"{key}_std"] = round(float(figures.mean()), 6), round(float(figures.std(ddof=1)), 6)
     return out
+
+
+def paired_differences(per_query: dict[str, dict[str, np.ndarray]], pairs: dict[str, tuple[str, str]],
+                       metrics: Iterable[str], seed: int = 0, replicates: int = 1000) -> dict[str, dict]:
+    """Point differences and paired 95 % bootstrap intervals over the test queries
+    (:func:`~hir.models.metrics.paired_bootstrap`) for each ``{name: (scorer, other)}`` of ``pairs``
+    whose two scorers ran, from :func:`run_scorers`' ``per_query``. Returns
+    ``{"diff": {name: {metric: value}}, "diff_ci": {name: {metric: [low, high]}}}``."""
+    ran = {name: pair for name, pair in pairs.items() if all(p in per_query for p in pair)}
+    diff = {name: {m: round(float(per_query[a][m].mean() - per_query[b][m].mean()), 6) for m in metrics}
+            for name, (a, b) in ran.items()}
+    ci = {name: {m: [round(x, 6) for x in paired_bootstrap(per_query[a][m], per_query[b][m], replicates, seed)] for m in metrics}
+          for name, (a, b) in ran.items()}
+    return {"diff": diff, "diff_ci": ci}
 
 
 def beating_every_baseline(hir: dict[str, dict], baselines: dict[str, dict], metrics=("recall@10", "ndcg@10")) -> list[str]:

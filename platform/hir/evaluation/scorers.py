@@ -481,12 +481,14 @@ def sequence_family(split: Split, settings, seed: int, max_epochs: int | None, h
 
 def run_sequence_family(split: Split, settings, seeds: list[int], max_epochs: int | None, ks: Iterable[int],
                         hir_items: np.ndarray | None = None, text: Callable[[], np.ndarray] | None = None,
-                        progress: Callable[[str], None] = lambda _: None) -> tuple[dict, dict, dict[str, str]]:
+                        progress: Callable[[str], None] = lambda _: None,
+                        per_query: dict | None = None) -> tuple[dict, dict, dict[str, str]]:
     """Fit and evaluate :func:`sequence_family` (its ALS start at ``seeds[0]``, the run's seed) at
-    each of ``seeds`` (:func:`~hir.evaluation.protocols.run_over_seeds`): ``hir_seq``'s row (a hir
-    scorer), the other members' rows (baselines) and ``{name: reason}`` for members left out."""
+    each of ``seeds`` (:func:`~hir.evaluation.protocols.run_over_seeds`, which fills ``per_query``):
+    ``hir_seq``'s row (a hir scorer), the other members' rows (baselines) and ``{name: reason}``
+    for members left out."""
     family_at, skipped = sequence_family(split, settings, seeds[0], max_epochs, hir_items, text)
-    rows = run_over_seeds(split, family_at, seeds, ks, progress)
+    rows = run_over_seeds(split, family_at, seeds, ks, progress, per_query)
     return {n: rows.pop(n) for n in ("hir_seq",) if n in rows}, rows, skipped
 
 
@@ -495,6 +497,15 @@ def seeded_sasrec(seed: int, max_epochs: int | None, start: np.ndarray | None = 
     width) or, without one, from the random start."""
     width = None if start is None else start.shape[1]
     return SASRecScorer(sasrec_config(seed, max_epochs, width), item_init=start, name=name)
+
+
+def compared_pairs(hir: dict, baselines: dict) -> dict[str, tuple[str, str]]:
+    """The paired comparisons a report carries: the headline scorer against every baseline, and
+    ``hir_seq`` against each other member of its family (:data:`SEQUENCE_FAMILY`)."""
+    pairs = {f"{HEADLINE_SCORER}_minus_{b}": (HEADLINE_SCORER, b) for b in baselines} if HEADLINE_SCORER in hir else {}
+    if "hir_seq" in hir:
+        pairs |= {f"hir_seq_minus_{b}": ("hir_seq", b) for b in SEQUENCE_FAMILY if b != "hir_seq" and b in baselines}
+    return pairs
 
 
 def run_settings(settings, max_epochs: int | None) -> dict:

@@ -11,7 +11,13 @@ those of ``hir``, the user's own embedding: ``headline`` names it and ``headline
 rule (:data:`hir.evaluation.scorers.HEADLINE_RULE`), fixed before the run. ``hir`` holds every hir
 scorer's row (``hir_seq`` among them), ``baselines`` every baseline's (SASRec's started controls
 ``sasrec_text`` and ``sasrec_als`` among them), and ``hir_scorers_beating_every_baseline`` names the
-hir scorers above every baseline on Recall@10 and NDCG@10.
+hir scorers above every baseline on Recall@10 and NDCG@10. ``diff`` and ``diff_ci`` hold, for ``hir``
+against every baseline (``hir_minus_<baseline>``) and ``hir_seq`` against each SASRec of its family
+(``hir_seq_minus_<member>``), the difference of Recall@10 and NDCG@10 and its paired 95 % bootstrap
+interval over the test queries (:func:`hir.evaluation.protocols.paired_differences`): whether a
+lead or a gap is larger than the queries' own noise. Over several seeds a family member's figure
+on a query is its mean over the seeds, so the interval is that of the seed mean (the seeds' own
+spread is the rows' ``_std``).
 
 ``--seeds N`` repeats the SASRec family (``sasrec``, ``hir_seq``, ``sasrec_text``, ``sasrec_als``;
 :func:`hir.evaluation.scorers.sequence_family`) at seeds ``seed, seed + 1, …, seed + N - 1``; the
@@ -54,6 +60,7 @@ HELP = "evaluate retrieval with all baselines on one data set (published or temp
 
 DATASETS = ("amazon_seq", "synthetic", "taobao_userbehavior", "movielens")
 BASELINES = ("popularity", "cooccurrence", "als", "lightgcn", "sasrec", "text_world_knowledge")
+COMPARED_METRICS = ("recall@10", "ndcg@10")  # the figures of the paired intervals (``diff``, ``diff_ci``)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -130,18 +137,19 @@ def evaluate_dataset(dataset: str, path: str | None, settings, seed: int, baseli
     text = scorers.split_text_vectors(split, settings)
     once = [b for b in baselines if b != "sasrec"]
     factories, skipped = scorers.baseline_factories(split, settings, seed, once, max_epochs, text)
-    results = protocols.run_scorers(split, factories, ks, _progress)
+    per_query = {}  # every scorer's figures on each test query: the paired intervals below
+    results = protocols.run_scorers(split, factories, ks, _progress, per_query)
     report = {"dataset": name}
     hir, hir_items = {}, None
     if pipeline is not None:
         artifacts = Artifacts(pipeline["settings"].artifacts_dir)
         hir_scorers = scorers.hir_factories(split, artifacts, pipeline["partition"], pipeline["settings"], *key_maps)
-        hir = protocols.run_scorers(split, hir_scorers, ks, _progress)
+        hir = protocols.run_scorers(split, hir_scorers, ks, _progress, per_query)
         hir_items = scorers.hir_item_table(split, artifacts, pipeline["partition"], *key_maps[1:])  # the item key map
     run_seeds = scorers.seeds_of(seed, seeds)
     if "sasrec" in baselines:
         hir_seq, family, family_skipped = scorers.run_sequence_family(split, settings, run_seeds, max_epochs, ks,
-                                                                      hir_items, text, _progress)
+                                                                      hir_items, text, _progress, per_query)
         hir, results, skipped = hir | hir_seq, results | family, skipped | family_skipped
     headline = scorers.HEADLINE_SCORER if hir else None
     for k in ks:
@@ -153,6 +161,7 @@ def evaluate_dataset(dataset: str, path: str | None, settings, seed: int, baseli
     report["baselines"] = results
     report["best_baseline"] = max(results, key=lambda b: results[b][f"ndcg@{ks[-1]}"]) if results else None
     report["hir_scorers_beating_every_baseline"] = protocols.beating_every_baseline(hir, results) if hir else []
+    report.update(protocols.paired_differences(per_query, scorers.compared_pairs(hir, results), COMPARED_METRICS, seed))
     report["skipped"] = skipped
     if pipeline is not None:
         report["rankers"] = _rankers(pipeline)
