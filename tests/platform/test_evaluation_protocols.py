@@ -250,6 +250,14 @@ def test_hir_eval_seeds_report_the_sequence_family_mean_and_std_and_hir_heads(tm
             assert rows[name][metric] == pytest.approx(np.mean(figures), abs=1e-6), (name, metric)
             assert rows[name][f"{metric}_std"] == pytest.approx(np.std(figures, ddof=1), abs=1e-6), (name, metric)
     assert any(rows["sasrec"][f"{m}_std"] > 0 for m in ("recall@10", "ndcg@10"))  # the seeds differ
+    # the paired comparisons: per query, each family member's figure is its mean over the seeds
+    assert set(report["diff_ci"]) == {"hir_minus_popularity", "hir_minus_sasrec", "hir_minus_sasrec_als",
+                                      "hir_seq_minus_sasrec", "hir_seq_minus_sasrec_als"}
+    for name, (a, b) in {"hir_seq_minus_sasrec": ("hir_seq", "sasrec"), "hir_minus_sasrec_als": ("hir", "sasrec_als")}.items():
+        for metric in ("recall@10", "ndcg@10"):
+            assert report["diff"][name][metric] == pytest.approx(rows[a][metric] - rows[b][metric], abs=2e-6)
+            low, high = report["diff_ci"][name][metric]
+            assert low <= report["diff"][name][metric] <= high
 
 
 def test_hir_eval_refuses_missing_path_and_unknown_baseline(data_home, capsys):
