@@ -142,26 +142,6 @@ def exclusion_mask(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, n_
     return mask
 
 
-def evaluate_queries(
-    score_fn: Callable[[np.ndarray], torch.Tensor],
-    targets: torch.Tensor,
-    n_items: int,
-    exclude_indptr: np.ndarray | None = None,
-    exclude_indices: np.ndarray | None = None,
-    ks: Sequence[int] = (10,),
-    batch_size: int = 1024,
-) -> dict[str, float]:
-    """Mean metrics over all queries (:func:`per_query_metrics`, same arguments).
-
-    Returns:
-        ``{"recall@K": mean, "ndcg@K": mean, ..., "mrr": mean, "queries": Q}``.
-    """
-    per_query = per_query_metrics(score_fn, targets, n_items, exclude_indptr, exclude_indices, ks, batch_size)
-    result = {name: float(values.mean()) if len(values) else 0.0 for name, values in per_query.items()}
-    result["queries"] = len(pad_targets(targets))
-    return result
-
-
 def per_query_metrics(
     score_fn: Callable[[np.ndarray], torch.Tensor],
     targets: torch.Tensor,
@@ -197,6 +177,12 @@ def per_query_metrics(
             parts.setdefault(name, []).append(values.numpy())
     names = [f"{m}@{k}" for k in ks for m in ("recall", "ndcg")] + ["mrr"]
     return {name: np.concatenate(parts[name]) if name in parts else np.zeros(0) for name in names}
+
+
+def query_means(per_query: dict[str, np.ndarray]) -> dict[str, float]:
+    """``{"recall@K": mean, ..., "mrr": mean, "queries": Q}`` of :func:`per_query_metrics`' output."""
+    count = len(next(iter(per_query.values()))) if per_query else 0
+    return {name: float(values.mean()) if count else 0.0 for name, values in per_query.items()} | {"queries": count}
 
 
 def paired_bootstrap(a: np.ndarray, b: np.ndarray, replicates: int = 1000, seed: int = 0, level: float = 0.95) -> list[float]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 import torch
-from hir.models.metrics import evaluate_queries, per_query_metrics
+from hir.models.metrics import per_query_metrics, query_means
 
 
 @dataclass
@@ -91,15 +91,7 @@ class Queries:
 
 def evaluate(scorer: "Scorer", queries: Queries, ks=(10,), batch_size: int = 1024) -> dict[str, float]:
     """Mean Recall@K / NDCG@K / MRR of ``scorer`` on ``queries`` (full ranking, see :mod:`hir.models.metrics`)."""
-    return evaluate_queries(
-        lambda rows: scorer.score(queries.users[rows], queries.history),
-        queries.targets,
-        queries.history.n_items,
-        queries.exclude_indptr,
-        queries.exclude_indices,
-        ks,
-        batch_size,
-    )
+    return query_means(evaluate_per_query(scorer, queries, ks, batch_size))
 
 
 def evaluate_per_query(scorer: "Scorer", queries: Queries, ks=(10,), batch_size: int = 1024) -> dict[str, np.ndarray]:

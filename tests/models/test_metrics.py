@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 from hir.models.metrics import (
-    evaluate_queries,
     exclusion_mask,
     pad_targets,
     paired_bootstrap,
     per_query_metrics,
+    query_means,
     ranking_metrics,
 )
 
@@ -81,8 +81,8 @@ def test_exclusion_mask_and_batched_evaluation():
     gen = torch.Generator().manual_seed(1)
     scores = torch.rand((3, 4), generator=gen)
     targets = pad_targets([[2], [0, 1], [3]])
-    one = evaluate_queries(lambda rows: scores[rows], targets, 4, indptr, indices, ks=(2,), batch_size=10)
-    two = evaluate_queries(lambda rows: scores[rows], targets, 4, indptr, indices, ks=(2,), batch_size=1)
+    one = query_means(per_query_metrics(lambda rows: scores[rows], targets, 4, indptr, indices, ks=(2,), batch_size=10))
+    two = query_means(per_query_metrics(lambda rows: scores[rows], targets, 4, indptr, indices, ks=(2,), batch_size=1))
     assert one == pytest.approx(two) and one["queries"] == 3
 
 
@@ -91,8 +91,8 @@ def test_per_query_figures_are_the_means_parts():
     scores = torch.rand((7, 5), generator=gen)
     targets = pad_targets([[0], [1, 2], [4], [3], [0, 4], [2], [1]])
     per_query = per_query_metrics(lambda rows: scores[rows], targets, 5, ks=(2, 3), batch_size=3)
-    means = evaluate_queries(lambda rows: scores[rows], targets, 5, ks=(2, 3), batch_size=7)
-    assert list(per_query) == ["recall@2", "ndcg@2", "recall@3", "ndcg@3", "mrr"]
+    means = query_means(per_query_metrics(lambda rows: scores[rows], targets, 5, ks=(2, 3), batch_size=7))
+    assert means["queries"] == 7 and list(per_query) == ["recall@2", "ndcg@2", "recall@3", "ndcg@3", "mrr"]
     assert all(len(v) == 7 for v in per_query.values())
     assert {k: float(v.mean()) for k, v in per_query.items()} == pytest.approx({k: v for k, v in means.items() if k != "queries"})
     direct = ranking_metrics(scores, targets, ks=(2,))

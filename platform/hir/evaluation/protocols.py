@@ -28,7 +28,7 @@ import pandas as pd
 from hir.errors import SourceError
 from hir.graph.sources.amazon_seq import read_item_texts, user_sequences
 from hir.models.baselines.base import Interactions, Queries, Scorer, evaluate, evaluate_per_query
-from hir.models.metrics import pad_targets, paired_bootstrap
+from hir.models.metrics import pad_targets, paired_bootstrap, query_means
 
 DAY = 86_400.0
 
@@ -279,8 +279,7 @@ def run_scorers(split: Split, factories: dict[str, Callable[[], Scorer]], ks: It
         queries = evaluate_per_query(scorer, split.test, ks)
         if per_query is not None:
             per_query[name] = queries
-        means = {k: float(v.mean()) if len(v) else 0.0 for k, v in queries.items()} | {"queries": len(split.test.users)}
-        row = {k: round(v, 6) if isinstance(v, float) else v for k, v in means.items()}
+        row = {k: round(v, 6) if isinstance(v, float) else v for k, v in query_means(queries).items()}
         for slice_name, queries in split.slices.items():
             if len(queries.users):
                 sub = evaluate(scorer, queries, ks)
