@@ -49,11 +49,36 @@ def _read_results(artifacts: ArtifactStore, asset: str, partition: str) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def _write_results(artifacts: ArtifactStore, asset: str, partition: str, payload: dict) -> None:
-    from hir.storage import RESULTS_FILE, write_json
+def _write_results(artifacts: ArtifactStore, asset: str, partition: str, payload: dict, per_query: dict | None = None) -> None:
+    """``results.json`` and, with ``per_query`` (:func:`~hir.evaluation.protocols.run_scorers`'), the
+    scorers' figures on each test query beside it (``per_query.parquet``)."""
+    from hir.evaluation.protocols import per_query_frame
+    from hir.storage import PER_QUERY_FILE, RESULTS_FILE, write_json, write_parquet
 
     with artifacts.write_partition(asset, partition) as out:
         write_json(out / RESULTS_FILE, payload)
+        if per_query is not None:
+            write_parquet(out / PER_QUERY_FILE, per_query_frame(per_query))
+
+
+def _read_per_query(artifacts: ArtifactStore, asset: str, partition: str) -> dict:
+    """The per-query figures an evaluation asset stored (none from a materialisation before they were)."""
+    import pandas as pd
+    from hir.evaluation.protocols import per_query_of
+    from hir.storage import PER_QUERY_FILE
+
+    path = artifacts.catalogue.folder(asset, partition) / PER_QUERY_FILE
+    return per_query_of(pd.read_parquet(path)) if path.exists() else {}
+
+
+def _interval_table(paired: dict) -> str:
+    """Markdown table of :func:`~hir.evaluation.protocols.paired_differences`: one row per comparison."""
+    rows = [(name, *(x for m, value in figures.items() for x in (value, *paired["diff_ci"][name][m])))
+            for name, figures in paired["diff"].items()]
+    metrics = list(next(iter(paired["diff"].values()), {}))
+    columns = [c for m in metrics for c in (m, f"{m} low", f"{m} high")]
+    return markdown_table(["comparison", *columns], rows, dict.fromkeys(columns, "+.4f"),
+                          empty="none: no baseline's per-query figures (materialise baselines again)")
 
 
 def _metric_table(results: dict, columns=("recall@10", "recall@50", "ndcg@10", "mrr")) -> str:
@@ -123,10 +148,11 @@ def baselines(context: dg.AssetExecutionContext, artifacts: ArtifactStore, wareh
             skipped["text_world_knowledge"] = "no world knowledge vectors for the items"
         else:
             factories["text_world_knowledge"] = lambda: TextScorer(text)
-    results = run_scorers(split, factories, KS, context.log.info) if len(split.test.users) else {}
+    per_query = {}  # retrieval_eval pairs hir with each baseline on the same queries
+    results = run_scorers(split, factories, KS, context.log.info, per_query) if len(split.test.users) else {}
     payload = {"results": results, "skipped": skipped, "protocol": split.info, "seed": settings.seed,
                "baselines": names, "max_epochs": max_epochs}
-    _write_results(artifacts, "baselines", partition, payload)
+    _write_results(artifacts, "baselines", partition, payload, per_query)
     return dg.MaterializeResult(metadata={
         "dagster/row_count": dg.MetadataValue.int(len(results)),
         "test_queries": dg.MetadataValue.int(len(split.test.users)),
@@ -156,10 +182,11 @@ def baselines(context: dg.AssetExecutionContext, artifacts: ArtifactStore, wareh
     ),
 )
 def retrieval_eval(context: dg.AssetExecutionContext, artifacts: ArtifactStore, warehouse: Warehouse, hir_settings: SettingsResource) -> dg.MaterializeResult:
-    from hir.evaluation.protocols import beating_every_baseline, run_scorers
+    from hir.evaluation.protocols import beating_every_baseline, paired_differences, run_scorers
     from hir.evaluation.scorers import (
         HEADLINE_RULE,
         HEADLINE_SCORER,
+        compared_pairs,
         hir_factories,
         hir_item_table,
         run_sequence_family,
@@ -173,19 +200,21 @@ def retrieval_eval(context: dg.AssetExecutionContext, artifacts: ArtifactStore, 
     factories = hir_factories(split, artifacts.catalogue, partition, settings)
     if "hir" not in factories:
         raise SourceError(f"entity_embeddings {partition} is missing; materialise it first")
-    hir = run_scorers(split, factories, KS, context.log.info) if len(split.test.users) else {}
+    per_query = _read_per_query(artifacts, "baselines", partition)
+    hir = run_scorers(split, factories, KS, context.log.info, per_query) if len(split.test.users) else {}
     baseline_rows, skipped = dict(base["results"]), {}
     seeds = seeds_of(settings.seed, settings.eval_seeds)
     if "sasrec" in base["baselines"] and len(split.test.users):
         text = _world_knowledge_vectors(artifacts, warehouse, split)  # the text baseline's vectors
         hir_seq, family, skipped = run_sequence_family(
             split, settings, seeds, settings.eval_max_epochs or None, KS, hir_item_table(split, artifacts.catalogue, partition),
-            None if text is None else lambda: text, context.log.info)
+            None if text is None else lambda: text, context.log.info, per_query)
         hir, baseline_rows = hir | hir_seq, baseline_rows | family
     results = {**hir, **baseline_rows}
+    paired = paired_differences(per_query, compared_pairs(hir, baseline_rows), seed=settings.seed)
     payload = {"results": results, "hir_scorers": sorted(hir), "headline": HEADLINE_SCORER, "headline_rule": HEADLINE_RULE,
-               "protocol": split.info, "seed": settings.seed, "seeds": seeds, "skipped": skipped}
-    _write_results(artifacts, "retrieval_eval", partition, payload)
+               "protocol": split.info, "seed": settings.seed, "seeds": seeds, "skipped": skipped, **paired}
+    _write_results(artifacts, "retrieval_eval", partition, payload, {n: per_query[n] for n in results if n in per_query})
     best = max(baseline_rows, key=lambda n: baseline_rows[n]["ndcg@10"]) if baseline_rows else None
     beating = beating_every_baseline(hir, baseline_rows)
     metadata = {
@@ -194,6 +223,7 @@ def retrieval_eval(context: dg.AssetExecutionContext, artifacts: ArtifactStore, 
         "cold_start": dg.MetadataValue.md(_cold_table(results)),
         "recall_curves": _recall_plot(results),
         "best_baseline": dg.MetadataValue.text(best or "none"),
+        "paired_intervals": dg.MetadataValue.md(_interval_table(paired)),
     }
     if hir:
         metadata["hir_recall@10"] = dg.MetadataValue.float(float(hir["hir"]["recall@10"]))
@@ -387,6 +417,8 @@ def evaluation_report(context: dg.AssetExecutionContext, artifacts: ArtifactStor
         figures["funnel lift per slice"] = lift_figure(rankers["funnel"])
     sections = {
         "Retrieval (test window, full ranking)": _metric_table(retrieval["results"]),
+        "Paired differences with 95 % bootstrap intervals over the test queries": _interval_table(
+            {"diff": retrieval.get("diff", {}), "diff_ci": retrieval.get("diff_ci", {})}),
         "Cold start (targets unseen before the cut-off)": _cold_table(retrieval["results"]),
         "Rankers (validation window → test window)": _ranker_table(rankers["results"]),
         "Deep funnel: conversion ranker, base / base + hir / base + control (Feast point-in-time)": funnel_table(rankers.get("funnel", {})),

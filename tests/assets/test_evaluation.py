@@ -8,7 +8,7 @@ import pytest
 from hir.evaluation.protocols import beating_every_baseline
 from hir.evaluation.scorers import SEQUENCE_FAMILY
 
-SECTIONS = ("## Retrieval (test window, full ranking)", "## Cold start", "## Rankers", "## Token quality",
+SECTIONS = ("## Retrieval (test window, full ranking)", "## Paired differences", "## Cold start", "## Rankers", "## Token quality",
             "### recall curves", "### cluster sizes", "### embedding map", "### funnel lift per slice", "## Run")
 
 
@@ -81,6 +81,18 @@ def test_retrieval_eval_runs_the_sequence_family_as_hir_eval_does(evaluated):
     assert retrieval["seeds"] == [0] and retrieval["skipped"] == {}
     assert "hir_seq" in retrieval["hir_scorers"] and "sasrec_text" not in retrieval["hir_scorers"]
     assert all(retrieval["results"][n]["epochs"] == 1 for n in ("sasrec", "hir_seq", "sasrec_text", "sasrec_als"))
+    # hir against each baseline on the same queries: the baselines asset keeps every query's figures
+    import pandas as pd
+
+    stored = pd.read_parquet(folder.parent.parent / "baselines" / report["pipeline"]["partition"] / "per_query.parquet")
+    queries = retrieval["protocol"]["test_queries"]
+    assert stored.groupby("scorer").size().to_dict() == {n: queries for n in ("popularity", "cooccurrence", "als", "text_world_knowledge")}
+    expected = {f"hir_minus_{n}" for n in retrieval["results"] if n not in retrieval["hir_scorers"]}
+    assert set(retrieval["diff_ci"]) == expected | {f"hir_seq_minus_{n}" for n in ("sasrec", "sasrec_text", "sasrec_als")}
+    for name, figures in retrieval["diff"].items():
+        scorer, other = name.split("_minus_")
+        for metric, value in figures.items():
+            assert value == pytest.approx(retrieval["results"][scorer][metric] - retrieval["results"][other][metric], abs=2e-6)
 
 
 def test_rankers_report_auc_with_and_without_hir(evaluated):

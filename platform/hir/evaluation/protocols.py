@@ -331,8 +331,27 @@ def _mean_and_std(rows: list[dict]) -> dict:
     return out
 
 
+COMPARED_METRICS = ("recall@10", "ndcg@10")  # the figures of the paired intervals (``diff``, ``diff_ci``)
+
+
+def per_query_frame(per_query: dict[str, dict[str, np.ndarray]], metrics: Iterable[str] = COMPARED_METRICS) -> pd.DataFrame:
+    """:func:`run_scorers`' ``per_query`` as a long table (``scorer``, ``query``, one column per
+    metric), the form an evaluation asset stores it in for a later paired comparison."""
+    metrics = list(metrics)
+    frames = [pd.DataFrame({"scorer": name, "query": np.arange(len(figures[metrics[0]]), dtype=np.int64),
+                            **{m: figures[m] for m in metrics}}) for name, figures in per_query.items()]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["scorer", "query", *metrics])
+
+
+def per_query_of(frame: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
+    """The inverse of :func:`per_query_frame`."""
+    metrics = [c for c in frame.columns if c not in ("scorer", "query")]
+    return {str(name): {m: rows.sort_values("query")[m].to_numpy(np.float64) for m in metrics}
+            for name, rows in frame.groupby("scorer", sort=False)}
+
+
 def paired_differences(per_query: dict[str, dict[str, np.ndarray]], pairs: dict[str, tuple[str, str]],
-                       metrics: Iterable[str], seed: int = 0, replicates: int = 1000) -> dict[str, dict]:
+                       metrics: Iterable[str] = COMPARED_METRICS, seed: int = 0, replicates: int = 1000) -> dict[str, dict]:
     """Point differences and paired 95 % bootstrap intervals over the test queries
     (:func:`~hir.models.metrics.paired_bootstrap`) for each ``{name: (scorer, other)}`` of ``pairs``
     whose two scorers ran, from :func:`run_scorers`' ``per_query``. Returns

@@ -60,7 +60,6 @@ HELP = "evaluate retrieval with all baselines on one data set (published or temp
 
 DATASETS = ("amazon_seq", "synthetic", "taobao_userbehavior", "movielens")
 BASELINES = ("popularity", "cooccurrence", "als", "lightgcn", "sasrec", "text_world_knowledge")
-COMPARED_METRICS = ("recall@10", "ndcg@10")  # the figures of the paired intervals (``diff``, ``diff_ci``)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -161,7 +160,7 @@ def evaluate_dataset(dataset: str, path: str | None, settings, seed: int, baseli
     report["baselines"] = results
     report["best_baseline"] = max(results, key=lambda b: results[b][f"ndcg@{ks[-1]}"]) if results else None
     report["hir_scorers_beating_every_baseline"] = protocols.beating_every_baseline(hir, results) if hir else []
-    report.update(protocols.paired_differences(per_query, scorers.compared_pairs(hir, results), COMPARED_METRICS, seed))
+    report.update(protocols.paired_differences(per_query, scorers.compared_pairs(hir, results), seed=seed))
     report["skipped"] = skipped
     if pipeline is not None:
         report["rankers"] = _rankers(pipeline)
