@@ -260,6 +260,18 @@ def test_hir_eval_seeds_report_the_sequence_family_mean_and_std_and_hir_heads(tm
             assert low <= report["diff"][name][metric] <= high
 
 
+def test_paired_differences_only_between_scorers_of_the_same_queries():
+    rng = np.random.default_rng(0)
+    hits = {name: {"recall@10": rng.uniform(size=n), "ndcg@10": rng.uniform(size=n)}
+            for name, n in (("hir", 300), ("als", 300), ("stale", 250))}
+    pairs = {"hir_minus_als": ("hir", "als"), "hir_minus_stale": ("hir", "stale"), "hir_minus_lightgcn": ("hir", "lightgcn")}
+    paired = protocols.paired_differences(hits, pairs)
+    assert set(paired["diff"]) == set(paired["diff_ci"]) == {"hir_minus_als"}
+    assert paired["diff"]["hir_minus_als"]["ndcg@10"] == pytest.approx(hits["hir"]["ndcg@10"].mean() - hits["als"]["ndcg@10"].mean(), abs=1e-6)
+    frame = protocols.per_query_frame(hits)
+    assert len(frame) == 850 and all(np.array_equal(protocols.per_query_of(frame)[n][m], hits[n][m]) for n in hits for m in hits[n])
+
+
 def test_hir_eval_refuses_missing_path_and_unknown_baseline(data_home, capsys):
     from hir.cli.main import main
 

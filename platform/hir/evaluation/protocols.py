@@ -276,10 +276,10 @@ def run_scorers(split: Split, factories: dict[str, Callable[[], Scorer]], ks: It
         progress(f"fitting {name}")
         scorer = make().fit(split.train, split.validation)
         fitted = time.perf_counter() - started
-        queries = evaluate_per_query(scorer, split.test, ks)
+        figures = evaluate_per_query(scorer, split.test, ks)
         if per_query is not None:
-            per_query[name] = queries
-        row = {k: round(v, 6) if isinstance(v, float) else v for k, v in query_means(queries).items()}
+            per_query[name] = figures
+        row = {k: round(v, 6) if isinstance(v, float) else v for k, v in query_means(figures).items()}
         for slice_name, queries in split.slices.items():
             if len(queries.users):
                 sub = evaluate(scorer, queries, ks)
@@ -354,9 +354,14 @@ def paired_differences(per_query: dict[str, dict[str, np.ndarray]], pairs: dict[
                        metrics: Iterable[str] = COMPARED_METRICS, seed: int = 0, replicates: int = 1000) -> dict[str, dict]:
     """Point differences and paired 95 % bootstrap intervals over the test queries
     (:func:`~hir.models.metrics.paired_bootstrap`) for each ``{name: (scorer, other)}`` of ``pairs``
-    whose two scorers ran, from :func:`run_scorers`' ``per_query``. Returns
+    whose two scorers ran on the same queries, from :func:`run_scorers`' ``per_query``. Returns
     ``{"diff": {name: {metric: value}}, "diff_ci": {name: {metric: [low, high]}}}``."""
-    ran = {name: pair for name, pair in pairs.items() if all(p in per_query for p in pair)}
+    metrics = tuple(metrics)
+
+    def comparable(a: str, b: str) -> bool:  # both ran, on the same queries (not a stale materialisation's)
+        return a in per_query and b in per_query and all(len(per_query[a][m]) == len(per_query[b][m]) for m in metrics)
+
+    ran = {name: pair for name, pair in pairs.items() if comparable(*pair)}
     diff = {name: {m: round(float(per_query[a][m].mean() - per_query[b][m].mean()), 6) for m in metrics}
             for name, (a, b) in ran.items()}
     ci = {name: {m: [round(x, 6) for x in paired_bootstrap(per_query[a][m], per_query[b][m], replicates, seed)] for m in metrics}
