@@ -214,7 +214,7 @@ def retrieval_eval(context: dg.AssetExecutionContext, artifacts: ArtifactStore, 
     paired = paired_differences(per_query, compared_pairs(hir, baseline_rows), seed=settings.seed)
     payload = {"results": results, "hir_scorers": sorted(hir), "headline": HEADLINE_SCORER, "headline_rule": HEADLINE_RULE,
                "protocol": split.info, "seed": settings.seed, "seeds": seeds, "skipped": skipped, **paired}
-    _write_results(artifacts, "retrieval_eval", partition, payload, {n: per_query[n] for n in results if n in per_query})
+    _write_results(artifacts, "retrieval_eval", partition, payload)
     best = max(baseline_rows, key=lambda n: baseline_rows[n]["ndcg@10"]) if baseline_rows else None
     beating = beating_every_baseline(hir, baseline_rows)
     metadata = {

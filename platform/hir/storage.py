@@ -46,7 +46,7 @@ DESCRIPTIONS_FILE = "descriptions.parquet"
 DESCRIPTIONS_PREVIEW_FILE = "descriptions.md"
 FEATURE_TABLE_FILE = "{entity_type}.parquet"  # one per entity type in a feature_tables partition
 RESULTS_FILE = "results.json"  # baselines, retrieval_eval, ranker_eval and token_quality
-PER_QUERY_FILE = "per_query.parquet"  # baselines, retrieval_eval: each scorer's figures on each test query
+PER_QUERY_FILE = "per_query.parquet"  # baselines: each baseline's figures on each test query (retrieval_eval pairs hir with them)
 
 
 class Artifacts:
