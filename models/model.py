@@ -60,6 +60,10 @@ class TrainConfig:
     funnel_weights: str = ",".join(f"{k}:{v:g}" for k, v in DEFAULT_FUNNEL_WEIGHTS.items())  # event type:weight
     pool_size: int = 896  # M shared popularity-drawn candidates per step (negatives = B − 1 + M)
     pool_alpha: float = 0.75  # popularity exponent α of that pool
+    # probability that an example's user and positive lose their own earlier edges to each other in
+    # the student views (the view of the item the user then buys), so the task is the user's interests,
+    # not a copy of the edge it already has
+    pair_dropout: float = 0.0
     prior_half_life_days: float = 0.0  # half-life of the log prior added to the logits (0: undecayed counts)
     grad_share_every: int = 50  # steps between measurements of each loss's share of the gradient norm (0: never)
     grad_clip: float = 1.0  # max gradient norm

@@ -12,7 +12,10 @@ target types (:class:`~hir.models.candidates.CandidateSampler`):
    popularity-drawn negatives at their rows' times; every view holds only entries strictly before
    its anchor's time, with edge ages and node metadata as of then, so no example sees its own
    positive or anything later; a user's view starts from its newest entries
-   (``SamplerConfig.broad_recent / narrow_recent``). A step costs ``2 + M/B`` student views per
+   (``SamplerConfig.broad_recent / narrow_recent``); with probability ``pair_dropout`` an example's
+   user and positive also lose their own earlier edges to each other in the student views (the
+   view of the item the user then buys), so the positive is predicted from the user's other
+   engagements. A step costs ``2 + M/B`` student views per
    example, so a large batch with a pool of a few hundred gives ``B − 1 + M ≥ 1000`` negatives
    cheaply;
 2. one broad view for the teacher per user and positive of the first ``teacher_batch`` examples
@@ -270,6 +273,18 @@ class Trainer:
         }
         return batch, anchors, times, {k: t.to(self.device) for k, t in pairs.items()}
 
+    def _pair_exclusions(self, batch: CausalExamples, gen: torch.Generator) -> torch.Tensor | None:
+        """``[2B + M]`` the node whose entries leave each student anchor's view (-1: none): with
+        probability ``pair_dropout`` an example's user and positive lose their own earlier edges to
+        each other (the user's view of the item it then buys), so the example is scored from the
+        user's other engagements; ``None`` when ``pair_dropout`` is 0."""
+        p = self.config.pair_dropout
+        if p <= 0:
+            return None
+        dropped = torch.rand(batch.anchor.numel(), generator=gen) < p
+        none = torch.full((self.pool_size,), -1, dtype=torch.int64)
+        return torch.cat([torch.where(dropped, batch.positive, -1), torch.where(dropped, batch.anchor, -1), none])
+
     def _wk(self, view) -> tuple | None:
         return self.wk.per_token(view) if self.wk is not None else None
 
@@ -292,7 +307,8 @@ class Trainer:
         tb = min(b, c.teacher_batch)
         taught = torch.cat([torch.arange(tb), b + torch.arange(tb)])  # the first tb users, then their positives
         broad = self.sampler.broad(anchors[taught], gen, times=times[taught]).to(self.device)
-        narrow = [self.sampler.narrow(anchors, gen, times=times).to(self.device) for _ in range(c.narrow_views)]
+        exclude = self._pair_exclusions(batch, gen)
+        narrow = [self.sampler.narrow(anchors, gen, times=times, exclude=exclude).to(self.device) for _ in range(c.narrow_views)]
         q_coarse, q_fine = self._targets(broad)
         outputs, eng, pos, neg = self.ddp(narrow, [self._wk(v) for v in narrow], self.config.backend, pairs)
         tau = c.student_temperature

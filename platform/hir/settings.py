@@ -174,6 +174,11 @@ class Settings:
     train_funnel_weights: str = ""
     train_pool_size: int = 768  # shared popularity-drawn negatives per step (negatives = batch - 1 + pool >= 1000)
     train_pool_alpha: float = 0.75  # popularity exponent of that pool
+    # probability that an example's user and positive lose their own earlier edges to each other in the
+    # student views (hir.models.trainer): the synthetic default's engagements are mostly funnel steps on
+    # items the user already saw, its test purchases mostly items it never touched (README, "where the
+    # synthetic gap is"; 0: off)
+    train_pair_dropout: float = 1.0
     train_prior_half_life_days: float = 0.0  # decay of the log prior the softmax adds (0: counts, as scoring)
     train_grad_share_every: int = 50  # steps between measurements of each loss's share of the gradient
     train_checkpoint_every: int = 100

@@ -267,3 +267,36 @@ def test_the_hashed_id_table_learns_at_its_own_rate(planted, tmp_path):
     # Adam's first step moves every touched entry by about its learning rate
     moved = (trainer.student.encoder.node.hashed.weight.detach() - before).abs()
     assert moved.max().item() == pytest.approx(table["lr"], rel=0.05)
+
+
+def test_pair_dropout_takes_the_pairs_own_edges_out_of_both_student_views(planted, tmp_path):
+    """With ``pair_dropout`` 1 no student view of an example's user holds its positive and no view of
+    the positive holds its user, though such earlier edges exist; at 0 they are there."""
+    _, graph, _ = planted
+    held = {}
+    for p in (0.0, 1.0):
+        trainer = Trainer(graph, tiny_config(steps=3, log_every=1, pool_size=40, pair_dropout=p), encoder_for(graph), SAMPLER, tmp_path / str(p))
+        examples = trainer.examples
+        seen = []
+        sample = trainer.sampler.narrow
+
+        def recording(anchors, gen, times=None, exclude=None):
+            view = sample(anchors, gen, times=times, exclude=exclude)
+            seen.append(view)
+            return view
+
+        trainer.sampler.narrow = recording
+        batches = []
+        draw = examples.draw
+        examples.draw = lambda b, gen: batches.append(draw(b, gen)) or batches[-1]
+        trainer.fit()
+        count = 0
+        views = trainer.config.narrow_views
+        for k, view in enumerate(seen):
+            batch = batches[k // views]
+            b = batch.anchor.numel()
+            users, items = view.node[:b], view.node[b:2 * b]
+            count += int((users == batch.positive[:, None]).any(1).sum() + (items == batch.anchor[:, None]).any(1).sum())
+        held[p] = count
+    assert held[0.0] > 0  # the planted users engage again with what they engaged with before
+    assert held[1.0] == 0

@@ -50,3 +50,6 @@ def test_training_settings_out_of_range_are_clear_errors():
         training_configs(Settings().replace(train_holdout_users=-1), graph)
     train = training_configs(Settings().replace(train_cycles=3, train_holdout_users=50), graph).train
     assert (train.cycles, train.holdout_users) == (3, 50)
+    with pytest.raises(SettingsError, match="HIR_TRAIN_PAIR_DROPOUT=1.5"):
+        training_configs(Settings().replace(train_pair_dropout=1.5), graph)
+    assert training_configs(Settings().replace(train_pair_dropout=0.5), graph).train.pair_dropout == 0.5
