@@ -59,22 +59,38 @@ def pad_targets(targets: Sequence[Sequence[int]] | np.ndarray | torch.Tensor) ->
     return out
 
 
-def _greater_and_ties(scores: torch.Tensor, target_scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+# Rows with at most this many targets are counted by comparison (2 passes over the row a target),
+# wider ones by one sort and a binary search: numpy's sort of a row costs about five such passes.
+COMPARISON_WIDTH = 2
+
+
+def _greater_and_ties(scores: torch.Tensor, target_scores: torch.Tensor, width: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per target: candidates scoring strictly higher, and other candidates scoring the same.
 
-    Counts by comparison when there are few targets per query (``O(T * I)``), else by one sort
-    and binary search (``O(I log I)``); both give the same counts.
+    ``width`` ``[Q]``: the columns of ``target_scores`` that matter in each row (its targets are
+    among the first ``width``; the counts after them are 0). Rows of at most
+    :data:`COMPARISON_WIDTH` targets are counted by comparison, the others by one sort and binary
+    search; both give the same counts. Both run in numpy, whose comparisons, counts and sorts are
+    vectorised on this hardware (about 8× faster than torch's ``(a > b).sum(1)`` and 25× than
+    ``torch.sort`` on one thread: the sort was three quarters of an evaluation's time).
     """
-    if target_scores.shape[1] <= 16:
-        greater = torch.stack([(scores > target_scores[:, [j]]).sum(1) for j in range(target_scores.shape[1])], 1)
-        at_least = torch.stack([(scores >= target_scores[:, [j]]).sum(1) for j in range(target_scores.shape[1])], 1)
-    else:
-        ascending = torch.sort(scores, dim=1).values
-        n_items = scores.shape[1]
-        greater = n_items - torch.searchsorted(ascending, target_scores.contiguous(), right=True)
-        at_least = n_items - torch.searchsorted(ascending, target_scores.contiguous(), right=False)
-    greater = greater.double()
-    return greater, (at_least - 1).double() - greater
+    values, targets, width = scores.numpy(), target_scores.numpy(), width.numpy()
+    greater = np.zeros(targets.shape, dtype=np.int64)
+    at_least = np.zeros(targets.shape, dtype=np.int64)
+    narrow = width <= COMPARISON_WIDTH
+    for column in range(min(COMPARISON_WIDTH, targets.shape[1])):
+        rows = np.flatnonzero(narrow & (width > column))
+        part, target = values if len(rows) == len(values) else values[rows], targets[rows, column, None]
+        greater[rows, column] = np.count_nonzero(part > target, axis=1)
+        at_least[rows, column] = np.count_nonzero(part >= target, axis=1)
+    wide = np.flatnonzero(~narrow)
+    if len(wide):
+        ascending = torch.from_numpy(np.sort(values[wide], axis=1))
+        wanted = torch.from_numpy(np.ascontiguousarray(targets[wide]))
+        greater[wide] = values.shape[1] - torch.searchsorted(ascending, wanted, right=True).numpy()
+        at_least[wide] = values.shape[1] - torch.searchsorted(ascending, wanted, right=False).numpy()
+    greater = torch.from_numpy(greater).double()
+    return greater, (torch.from_numpy(at_least) - 1).clamp_min(0).double() - greater
 
 
 def ranking_metrics(
@@ -95,8 +111,9 @@ def ranking_metrics(
     Returns:
         ``{"recall@K": [Q], "ndcg@K": [Q], ..., "mrr": [Q]}`` as float64 tensors.
     """
-    scores = scores.detach().to(torch.float32)
-    if not torch.isfinite(scores.sum(dtype=torch.float64)):
+    scores = scores.detach().to("cpu", torch.float32)
+    values = scores.numpy()
+    if values.size and not (np.isfinite(values.min()) and np.isfinite(values.max())):  # NaN makes both NaN
         raise ValueError("scores must be finite (mask items with `exclude`, not with -inf)")
     targets = targets.unsqueeze(1) if targets.dim() == 1 else targets
     valid = targets >= 0
@@ -107,7 +124,8 @@ def ranking_metrics(
         scores = scores.masked_fill(exclude, float("-inf"))
     target_scores = scores.gather(1, targets.clamp(min=0))
     hit_possible = valid & torch.isfinite(target_scores)
-    greater, ties = _greater_and_ties(scores, target_scores)
+    width = (valid * torch.arange(1, targets.shape[1] + 1)).amax(1)  # up to the last target of the row
+    greater, ties = _greater_and_ties(scores, target_scores, width)
     out: dict[str, torch.Tensor] = {}
     for k in ks:
         p_hit = torch.minimum((k - greater).clamp(min=0.0), ties + 1.0) / (ties + 1.0)

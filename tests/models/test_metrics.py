@@ -67,6 +67,37 @@ def test_sort_path_agrees_with_comparison_path():
     assert torch.allclose(by_sort["recall@50"], recall)
 
 
+def _counted_one_by_one(scores, targets, exclude, k):
+    """Recall@k and MRR of each row, counting every target's better and tied candidates in Python."""
+    recall, mrr = [], []
+    for row, wanted, masked in zip(scores.tolist(), targets.tolist(), exclude.tolist()):
+        kept = [s for s, m in zip(row, masked) if not m]
+        hits, reciprocal = [], []
+        for item in [t for t in wanted if t >= 0]:
+            if masked[item]:
+                hits.append(0.0), reciprocal.append(0.0)
+                continue
+            greater, ties = sum(s > row[item] for s in kept), sum(s == row[item] for s in kept) - 1
+            hits.append(min(max(k - greater, 0), ties + 1) / (ties + 1))
+            reciprocal.append(sum(1 / p for p in range(greater + 1, greater + ties + 2)) / (ties + 1))
+        recall.append(sum(hits) / len(hits)), mrr.append(max(reciprocal))
+    return recall, mrr
+
+
+def test_a_batch_of_one_and_many_target_queries_counts_each_as_one_by_one():
+    gen = torch.Generator().manual_seed(3)
+    scores = torch.randint(0, 12, (6, 200), generator=gen).float()  # many ties
+    widths = [1, 2, 1, 7, 30, 2]  # the counting paths: comparison for one or two targets, a sort above
+    targets = pad_targets([torch.randperm(200, generator=gen)[:w].tolist() for w in widths])
+    targets[1, 0] = -1  # a padded slot before a target
+    exclude = torch.rand((6, 200), generator=gen) < 0.05
+    exclude[3, targets[3, 2]] = True  # an excluded target misses
+    out = ranking_metrics(scores, targets, exclude, ks=(10,))
+    recall, mrr = _counted_one_by_one(scores, targets, exclude, 10)
+    assert out["recall@10"].tolist() == pytest.approx(recall)
+    assert out["mrr"].tolist() == pytest.approx(mrr)
+
+
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="finite"):
         ranking_metrics(torch.tensor([[float("nan"), 1.0]]), torch.tensor([0]))
