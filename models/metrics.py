@@ -126,6 +126,21 @@ def ranking_metrics(
     hit_possible = valid & torch.isfinite(target_scores)
     width = (valid * torch.arange(1, targets.shape[1] + 1)).amax(1)  # up to the last target of the row
     greater, ties = _greater_and_ties(scores, target_scores, width)
+    return metrics_from_counts(greater, ties, valid, hit_possible, ks)
+
+
+def metrics_from_counts(greater: torch.Tensor, ties: torch.Tensor, valid: torch.Tensor, hit_possible: torch.Tensor,
+                        ks: Sequence[int] = (10,)) -> dict[str, torch.Tensor]:
+    """Per-query Recall@K, NDCG@K and MRR from each target's counts (the module docstring's maths).
+
+    Args:
+        greater, ties: ``[Q, T]`` float64: candidates scoring strictly higher than each target, and
+            other candidates scoring the same.
+        valid: ``[Q, T]`` bool, the targets that are not padding; hit_possible: those that are also
+            candidates (not excluded).
+        ks: cut-offs ``K``.
+    """
+    n_targets = valid.sum(1)
     out: dict[str, torch.Tensor] = {}
     for k in ks:
         p_hit = torch.minimum((k - greater).clamp(min=0.0), ties + 1.0) / (ties + 1.0)

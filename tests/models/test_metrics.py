@@ -57,7 +57,7 @@ def test_masking_removes_items_and_masked_targets_miss():
     assert missed["recall@4"].item() == 0.0 and missed["mrr"].item() == 0.0
 
 
-def test_sort_path_agrees_with_comparison_path():
+def test_a_querys_recall_is_the_mean_over_its_targets_split_in_parts():
     gen = torch.Generator().manual_seed(0)
     scores = torch.randint(0, 20, (5, 300), generator=gen).float()
     many = torch.stack([torch.randperm(300, generator=gen)[:20] for _ in range(5)])

@@ -5,8 +5,8 @@ Ranks ``--queries`` queries against ``--items`` candidates, ``--batch`` queries 
 with the textbook torch path in the same run: sort every row (``torch.sort``), then a binary search
 of the targets. Scores are rounded so that ties occur; a quarter of the queries have several
 targets (a user who buys several items in a test window), up to ``--max-targets``, the rest one.
-``speedup`` is the torch path's time over hir's; ``max_abs_diff`` compares their Recall@10 and MRR
-(the counts are exact on both paths: 0 up to float rounding).
+``speedup`` is the torch path's time over hir's; ``max_abs_diff`` compares their Recall@10, NDCG@10
+and MRR, made from each path's counts by the same formulas (the counts are exact on both: 0).
 """
 
 from __future__ import annotations
@@ -36,16 +36,8 @@ def sorted_counts(scores: torch.Tensor, target_scores: torch.Tensor) -> tuple[to
     return greater.double(), (at_least - 1).double() - greater.double()
 
 
-def _figures(greater: torch.Tensor, ties: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Recall@10 and MRR per query from the counts (the formulas of :mod:`hir.models.metrics`)."""
-    hit = torch.minimum((10 - greater).clamp(min=0.0), ties + 1.0) / (ties + 1.0)
-    recall = torch.where(valid, hit, 0.0).sum(1) / valid.sum(1)
-    reciprocal = (torch.special.digamma(greater + ties + 2.0) - torch.special.digamma(greater + 1.0)) / (ties + 1.0)
-    return torch.stack([recall, torch.where(valid, reciprocal, 0.0).max(1).values], 1)
-
-
 def run(args: argparse.Namespace, settings: Settings) -> dict:
-    from hir.models.metrics import ranking_metrics
+    from hir.models.metrics import metrics_from_counts, ranking_metrics
 
     generator = torch.Generator().manual_seed(args.seed)
     widths = torch.where(torch.rand(args.queries, generator=generator) < 0.25,
@@ -62,9 +54,9 @@ def run(args: argparse.Namespace, settings: Settings) -> dict:
         seconds["hir"] += time.perf_counter() - began
         began = time.perf_counter()
         valid = targets[rows] >= 0
-        theirs = _figures(*sorted_counts(scores, scores.gather(1, targets[rows].clamp(min=0))), valid)
+        theirs = metrics_from_counts(*sorted_counts(scores, scores.gather(1, targets[rows].clamp(min=0))), valid, valid, (10,))
         seconds["torch_sort"] += time.perf_counter() - began
-        largest = max(largest, float((torch.stack([ours["recall@10"], ours["mrr"]], 1) - theirs).abs().max()))
+        largest = max(largest, max(float((ours[m] - theirs[m]).abs().max()) for m in ours))
     return {
         "queries": args.queries, "items": args.items, "batch": args.batch,
         "multi_target_share": round(float((widths > 1).float().mean()), 3),
