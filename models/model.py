@@ -26,12 +26,12 @@ class TrainConfig:
     """Everything that determines a training run (with the encoder and sampler configs)."""
 
     steps: int = 300  # optimiser steps of a run from scratch (0: ``epochs`` passes over the examples)
-    epochs: float = 1.0  # with ``steps = 0``: steps = ⌈epochs · examples / batch_size⌉ (every example seen)
+    epochs: float = 1.0  # with ``steps = 0``: steps = ⌈epochs · CausalExamples.pass_size() / batch_size⌉ (a view counts by its weight)
     # at most this many learning-rate cycles, the first of ``steps`` steps and each next twice as long as
     # the one before, each with its own cosine decay (warm restarts); the one that predicts held-out next
     # engagements best is kept, training stopping at the first that does not improve
     cycles: int = 1
-    holdout_users: int = 2000  # users (at most a tenth of them) whose newest first contact chooses the cycle (cycles > 1)
+    holdout_users: int = 2000  # users (at most a tenth of them) whose newest first-contact engagement (click or deeper) chooses the cycle (cycles > 1)
     batch_size: int = 64  # causal examples per step and process (anchors = 2 × batch_size + pool_size)
     lr: float = 5e-3  # peak AdamW learning rate
     id_lr_scale: float = 1.0  # the hashed-id table's learning rate as a multiple of ``lr`` (its rows are seldom touched)

@@ -46,7 +46,8 @@ target types (:class:`~hir.models.candidates.CandidateSampler`):
 
 With ``cycles > 1`` the schedule restarts (warm restarts: the first cycle has ``steps`` steps, each
 next one twice as many, and each decays from the peak again, the teacher's momentum too) and the
-newest first contact of ``holdout_users`` users (at most a tenth) is held out of training; after
+newest first contact of ``holdout_users`` users (at most a tenth; an engagement of funnel weight 1 or
+more, not a view, where there are such) is held out of training; after
 each cycle the student is scored on them (:mod:`hir.models.validation`, Recall@10) and training
 stops at the first cycle that does not improve, keeping the best cycle's weights — so how many
 passes the data needs is measured, not set.
@@ -228,10 +229,13 @@ class Trainer:
         held_out = None
         if c.total_cycles > 1 and c.holdout_users > 0:  # a choice between cycles needs examples it did not train on
             users = min(c.holdout_users, self.examples.anchor.unique().numel() // 10)  # the rest train
-            self.examples, held_out = hold_out(self.examples, users, first_contacts(graph, self.examples))
+            eligible = first_contacts(graph, self.examples)
+            if (eligible & self.examples.engagements()).any():  # the choice is about engagements, not views
+                eligible &= self.examples.engagements()
+            self.examples, held_out = hold_out(self.examples, users, eligible)
         self.candidates = CandidateSampler(graph.num_nodes, targets, self.examples, c.pool_alpha)
         if c.steps == 0:  # one budget for any data: epochs over the examples, all processes together
-            self.config = c = dataclasses.replace(c, steps=max(1, math.ceil(c.epochs * len(self.examples) / (c.batch_size * self.world))))
+            self.config = c = dataclasses.replace(c, steps=max(1, math.ceil(c.epochs * self.examples.pass_size() / (c.batch_size * self.world))))
         self.pool_size = max(1, min(c.pool_size, targets.numel()))  # M: no more draws than the catalogue has nodes
         half_life = c.prior_half_life_days * SECONDS_PER_DAY if c.prior_half_life_days > 0 else None
         self.prior = CausalPopularity(self.examples.positive, self.examples.time, half_life)

@@ -3,6 +3,7 @@ start, interest clusters learnt from the graph."""
 
 import dataclasses
 import json
+import math
 
 import pytest
 import torch
@@ -194,9 +195,9 @@ def test_training_views_hold_nothing_at_or_after_their_example_and_report_gradie
 def test_steps_zero_trains_the_epochs_over_every_example(planted, tmp_path):
     _, graph, _ = planted
     trainer = Trainer(graph, tiny_config(steps=0, epochs=1.5, batch_size=16), encoder_for(graph), SAMPLER, tmp_path)
-    examples = len(trainer.examples)
-    assert examples > 16
-    assert trainer.config.total_steps == -(-3 * examples // (2 * 16))  # ⌈1.5 · examples / batch⌉
+    examples = trainer.examples.pass_size()  # the clicks, and each view as half of one
+    assert len(trainer.examples) > examples > 16
+    assert trainer.config.total_steps == math.ceil(1.5 * examples / 16)  # ⌈1.5 · pass / batch⌉
     trainer.fit(stop_after=1)
     resumed = Trainer(graph, tiny_config(steps=0, epochs=1.5, batch_size=16), encoder_for(graph), SAMPLER, tmp_path)
     assert resumed.step == 1 and resumed.config.total_steps == trainer.config.total_steps  # the checkpoint agrees

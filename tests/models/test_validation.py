@@ -2,6 +2,7 @@
 and that the trainer keeps the cycle that scores best."""
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -170,3 +171,14 @@ def test_one_cycle_holds_nothing_out(planted, tmp_path):
     assert one.validation is None and len(one.examples) >= len(two.examples) + len(two.validation.held_out) > len(two.examples)
     result = one.fit()
     assert result.cycle_recall == [] and result.selected_cycle == 0 and result.step == 2
+
+
+def test_views_train_but_a_pass_counts_them_by_weight_and_the_cycle_is_chosen_on_engagements(planted, tmp_path):
+    _, _, graph = planted  # views and clicks: views weigh half a click by default
+    config = tiny_config(steps=0, epochs=1.0, batch_size=16, cycles=2, holdout_users=30)
+    trainer = Trainer(graph, config, encoder_for(graph), SAMPLER, tmp_path / "run")
+    examples = trainer.examples
+    assert examples.engagements().any() and (~examples.engagements()).any()  # both train
+    assert bool(trainer.validation.held_out.engagements().all())  # the held-out first contacts are clicks
+    assert bool(first_contacts(graph, trainer.validation.held_out).all())
+    assert trainer.config.steps == math.ceil(examples.pass_size() / 16) < math.ceil(len(examples) / 16)

@@ -79,7 +79,7 @@ def test_the_refresh_bench_scores_each_trained_engagement_once_with_its_type_and
     node = {int(e): i for i, e in enumerate(ids.tolist())}
     clicks = {(node[s], node[d]) for s, d, t in pairs if t == "click" and s in node and d in node}
     assert clicks & existing and clicks - existing  # the days hold repeat and new engagements
-    src, dst, etype = refresh.scored_pairs(day2, pairs + pairs, {"click": 1.0, "view": 0.0})  # views: not trained
+    src, dst, etype = refresh.scored_pairs(day2, pairs + pairs, {"click": 1.0, "view": 0.5})  # views: not engagements
     assert set(zip(src.tolist(), dst.tolist())) == clicks and len(src) == len(clicks)  # each once
     assert (etype == click).all()
     src, dst, _ = refresh.scored_pairs(day2, pairs, {"click": 1.0}, new_only=True)

@@ -105,13 +105,14 @@ def _train(args, settings: Settings, graph, out: Path, warm: str = "") -> float:
 def scored_pairs(graph, events: list[tuple[int, int, str]], weights: dict[str, float], new_only: bool = False):
     """The engagements the benchmark scores: ``(src nodes, dst nodes, edge-type ids)`` int64.
 
-    Of ``events`` (``(src, dst, event type)``, entity ids) it keeps, once each, those whose type
-    the engagement head is trained on (a positive weight in ``weights``, the funnel weights) and
-    whose ends are both in ``graph`` — with ``new_only``, also no edge between them yet.
+    Of ``events`` (``(src, dst, event type)``, entity ids) it keeps, once each, the engagements the
+    head is trained on (a funnel weight of 1 or more in ``weights``: clicks and deeper; views train
+    at a lower weight but are not what the benchmark asks about) whose ends are both in ``graph`` —
+    with ``new_only``, also no edge between them yet.
     """
     import torch
 
-    trained = {name: i for i, name in enumerate(graph.edge_types) if weights.get(name, 0) > 0}
+    trained = {name: i for i, name in enumerate(graph.edge_types) if weights.get(name, 0) >= 1}
     kept = sorted({(s, d, trained[t]) for s, d, t in events if t in trained})
     if not kept:
         return (torch.zeros(0, dtype=torch.int64),) * 3
