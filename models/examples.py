@@ -24,15 +24,15 @@ import torch
 from hir.models.graph import TemporalGraph, TimeIndex
 
 # Funnel weights by event type: what a user is trained to engage with next, deeper weighing more.
-# Browsing (views, page views) is a target at half a click's weight: it outnumbers the engagements
-# several to one and names more of a user's interests, which is what a new item is reached through
-# (measured on the synthetic default, README "Views as targets"). Impressions are what the system
-# showed, not what the user chose: context in the graph, not targets. A type without a positive
-# weight gives no examples.
+# Exposure and browsing (impressions, views, page views) stay in the graph as context for the views
+# but are not targets: views as targets at half a click's weight or more cost the synthetic default
+# three times the encoder's time for no gain (README "Views as targets"), and impressions are what
+# the system showed, not what the user chose. ``HIR_TRAIN_FUNNEL_WEIGHTS`` with ``view:0.5`` among its
+# weights trains on views all the same. A type without a positive weight gives no examples.
 DEFAULT_FUNNEL_WEIGHTS: dict[str, float] = {
     "impression": 0.0,
-    "view": 0.5,
-    "pv": 0.5,
+    "view": 0.0,
+    "pv": 0.0,
     "click": 1.0,
     "rating": 1.0,
     "fav": 1.5,

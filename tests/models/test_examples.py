@@ -67,22 +67,23 @@ def test_draw_and_positive_share():
     assert len(batch) == 5 and set(batch.positive.tolist()) <= {2, 3}
 
 
-def test_views_are_targets_at_half_a_click_and_unweighted_logs_train_at_weight_one():
-    assert DEFAULT_FUNNEL_WEIGHTS["impression"] == 0  # what was shown is context, not a choice
+def test_views_are_context_by_default_targets_when_weighted_and_unweighted_logs_train_at_weight_one():
     order = ["view", "click", "fav", "cart", "purchase"]
     assert [DEFAULT_FUNNEL_WEIGHTS[name] for name in order] == sorted(DEFAULT_FUNNEL_WEIGHTS[name] for name in order)
-    assert DEFAULT_FUNNEL_WEIGHTS["view"] == DEFAULT_FUNNEL_WEIGHTS["pv"] == 0.5
     graph = _graph()
     examples, candidates = training_examples(graph, ["product"], DEFAULT_FUNNEL_WEIGHTS)
-    # the click, the purchase (which outweighs the view at the same time) and user 1's later view
+    # the default weights train on the click and the purchase; the views stay in the graph only
+    assert sorted(zip(examples.positive.tolist(), examples.event_type.tolist())) == [(2, 2), (3, 1)]
+    assert candidates.tolist() == [2, 3]
+    examples, _ = training_examples(graph, ["product"], {**DEFAULT_FUNNEL_WEIGHTS, "view": 0.5})
+    # weighted, user 1's later view trains too; the purchase outweighs the view at the same time
     assert sorted(zip(examples.positive.tolist(), examples.event_type.tolist(), examples.weight.tolist())) == [
         (2, 0, 0.5), (2, 2, 3.0), (3, 1, 1.0)]
-    assert candidates.tolist() == [2, 3]
     views_only = TemporalGraph(**{**vars(graph), "csr": build_csr(
         6, torch.tensor([0, 0, 1]), torch.tensor([2, 3, 3]), torch.zeros(3, dtype=torch.int64), torch.ones(3),
         torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64), torch.ones(3))})
-    examples, _ = training_examples(views_only, ["product"], {**DEFAULT_FUNNEL_WEIGHTS, "view": 0.0})
-    # a log of no weighted type trains user -> product on what it has at weight 1 (user 0's second view has history)
+    examples, _ = training_examples(views_only, ["product"], DEFAULT_FUNNEL_WEIGHTS)
+    # a log of views alone trains user -> product on them at weight 1 (user 0's second view has history)
     assert list(zip(examples.anchor.tolist(), examples.positive.tolist(), examples.weight.tolist())) == [(0, 3, 1.0)]
 
 

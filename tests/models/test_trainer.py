@@ -19,6 +19,7 @@ from hir.models.sampler import SamplerConfig
 from hir.models.trainer import Trainer
 from safetensors.torch import load_file
 
+VIEWS_AT_HALF_A_CLICK = "view:0.5,click:1"  # the planted graph's views as targets (by default they are context)
 SAMPLER = SamplerConfig(broad_tokens=24, broad_walkers=12, broad_steps=6, narrow_tokens=8, narrow_walkers=8, narrow_steps=3)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -194,12 +195,13 @@ def test_training_views_hold_nothing_at_or_after_their_example_and_report_gradie
 
 def test_steps_zero_trains_the_epochs_over_every_example(planted, tmp_path):
     _, graph, _ = planted
-    trainer = Trainer(graph, tiny_config(steps=0, epochs=1.5, batch_size=16), encoder_for(graph), SAMPLER, tmp_path)
+    config = tiny_config(steps=0, epochs=1.5, batch_size=16, funnel_weights=VIEWS_AT_HALF_A_CLICK)
+    trainer = Trainer(graph, config, encoder_for(graph), SAMPLER, tmp_path)
     examples = trainer.examples.pass_size()  # the clicks, and each view as half of one
     assert len(trainer.examples) > examples > 16
     assert trainer.config.total_steps == math.ceil(1.5 * examples / 16)  # ⌈1.5 · pass / batch⌉
     trainer.fit(stop_after=1)
-    resumed = Trainer(graph, tiny_config(steps=0, epochs=1.5, batch_size=16), encoder_for(graph), SAMPLER, tmp_path)
+    resumed = Trainer(graph, config, encoder_for(graph), SAMPLER, tmp_path)
     assert resumed.step == 1 and resumed.config.total_steps == trainer.config.total_steps  # the checkpoint agrees
 
 

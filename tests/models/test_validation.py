@@ -15,7 +15,7 @@ from hir.models.prior import CausalPopularity
 from hir.models.trainer import Trainer, lr_at
 from hir.models.validation import HeldOutNext, first_contacts, hold_out
 
-from test_trainer import SAMPLER, encoder_for, tiny_config
+from test_trainer import SAMPLER, VIEWS_AT_HALF_A_CLICK, encoder_for, tiny_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -174,8 +174,8 @@ def test_one_cycle_holds_nothing_out(planted, tmp_path):
 
 
 def test_views_train_but_a_pass_counts_them_by_weight_and_the_cycle_is_chosen_on_engagements(planted, tmp_path):
-    _, _, graph = planted  # views and clicks: views weigh half a click by default
-    config = tiny_config(steps=0, epochs=1.0, batch_size=16, cycles=2, holdout_users=30)
+    _, _, graph = planted  # views and clicks, the views trained at half a click's weight
+    config = tiny_config(steps=0, epochs=1.0, batch_size=16, cycles=2, holdout_users=30, funnel_weights=VIEWS_AT_HALF_A_CLICK)
     trainer = Trainer(graph, config, encoder_for(graph), SAMPLER, tmp_path / "run")
     examples = trainer.examples
     assert examples.engagements().any() and (~examples.engagements()).any()  # both train
