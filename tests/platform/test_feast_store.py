@@ -99,10 +99,12 @@ def test_historical_features_are_point_in_time(world):
     assert pd.isna(out["ad_features__model_version"][3]) and out["user_features__model_version"][3] == "m1"
 
 
-def test_rematerialising_leaves_one_row_per_entity(world):
+def test_rematerialising_leaves_one_row_per_entity_and_prints_progress_to_stderr(world, capsys):
     feast, store = world["feast"], world["store"]
     _tables(world["settings"], P2)
     feast.materialize(cutoff_of(P2), cutoff_of(P2), list(COUNTS), store)
+    out, err = capsys.readouterr()
+    assert out == "" and "Materializing" in err  # stdout stays the caller's (`hir eval --json`)
     with sqlite3.connect(str(feast.online_path)) as con:
         rows = con.execute("SELECT feature_name, count(*), count(DISTINCT entity_key) FROM hir_user_features "
                            "GROUP BY feature_name").fetchall()

@@ -26,7 +26,9 @@ other processes read through Feast's feature server (``hir serve``) over the sam
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sys
 import time
 import urllib.parse
 from datetime import datetime
@@ -322,6 +324,12 @@ def _python(value: "ValueProto") -> Any:  # noqa: F821
     return list(got.val) if kind.endswith("_list_val") else got
 
 
+def _progress_to_stderr() -> contextlib.AbstractContextManager:
+    """Feast prints its progress to stdout; stdout belongs to the caller (``hir eval --json`` writes
+    its JSON there), so the progress goes to stderr."""
+    return contextlib.redirect_stdout(sys.stderr)
+
+
 class FeastStore(dg.ConfigurableResource):
     """The Feast repository ``feature_repo/`` over this data home: apply, materialise, read.
 
@@ -393,7 +401,8 @@ class FeastStore(dg.ConfigurableResource):
         """Register every entity, source, view and the feature service; returns their names by kind."""
         store = store or self.store()
         objects = feast_objects(self.artifacts_dir)
-        store.apply(list(objects.values()))
+        with _progress_to_stderr():
+            store.apply(list(objects.values()))
         kinds: dict[str, list[str]] = {}
         for obj in objects.values():
             kinds.setdefault(type(obj).__name__, []).append(obj.name)
@@ -403,7 +412,8 @@ class FeastStore(dg.ConfigurableResource):
                     store: "feast.FeatureStore | None" = None) -> None:  # noqa: F821
         """Copy the newest row per entity with cut-off in ``[start, end]`` (inclusive) to the online store."""
         store = store or self.store()
-        store.materialize(start_date=start, end_date=end, feature_views=[view_name(t) for t in entity_types])
+        with _progress_to_stderr():
+            store.materialize(start_date=start, end_date=end, feature_views=[view_name(t) for t in entity_types])
 
     def reader(self, store: "feast.FeatureStore | None" = None) -> OnlineReader:  # noqa: F821
         """An :class:`OnlineReader` over ``store`` (default: a new ``feast.FeatureStore``)."""

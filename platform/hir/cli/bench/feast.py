@@ -355,16 +355,14 @@ def _prepare(settings: Settings, args: argparse.Namespace) -> None:
     with atomic_dir(catalogue.folder("feature_tables", partition)) as out:
         write_feature_tables(catalogue.embeddings(partition), catalogue.tokens(partition), cutoff_of(partition), out)
     feast = FeastStore.from_settings(settings)
-    with contextlib.redirect_stdout(sys.stderr):
-        feast.apply()
+    feast.apply()
     _materialise(feast)
     print(f"bench feast: {args.population} users and ads materialised; timing {args.lookups} lookups", file=sys.stderr)
 
 
 def _materialise(feast: FeastStore) -> None:
-    """The bench's one partition into ``feast``'s online store (Feast prints progress: to stderr)."""
-    with contextlib.redirect_stdout(sys.stderr):
-        feast.materialize(cutoff_of("2026-01-01"), cutoff_of("2026-01-01"), RANKER_TYPES)
+    """The bench's one partition into ``feast``'s online store."""
+    feast.materialize(cutoff_of("2026-01-01"), cutoff_of("2026-01-01"), RANKER_TYPES)
 
 
 def _figures(prefix: str, feast: FeastStore, store, batches: list, direct) -> dict:
@@ -407,8 +405,7 @@ def _server_figures(kind: str, settings: Settings, batches: list) -> dict:
             port = stack.enter_context(postgres_server(["feast"]))
             url = f"postgresql://hir@127.0.0.1:{port}/feast?sslmode=disable"
         feast = FeastStore.from_settings(settings.replace(online_store=kind, online_url=url))
-        with contextlib.redirect_stdout(sys.stderr):
-            feast.apply()  # creates the store's tables (Postgres)
+        feast.apply()  # creates the store's tables (Postgres)
         _materialise(feast)
         store = feast.store()
         read, con = _redis_reader(port, store) if kind == "redis" else _postgres_reader(port, "feast", store)
