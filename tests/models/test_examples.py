@@ -68,6 +68,7 @@ def test_draw_and_positive_share():
 
 
 def test_views_are_context_by_default_targets_when_weighted_and_unweighted_logs_train_at_weight_one():
+    assert DEFAULT_FUNNEL_WEIGHTS["impression"] == DEFAULT_FUNNEL_WEIGHTS["view"] == DEFAULT_FUNNEL_WEIGHTS["pv"] == 0
     order = ["view", "click", "fav", "cart", "purchase"]
     assert [DEFAULT_FUNNEL_WEIGHTS[name] for name in order] == sorted(DEFAULT_FUNNEL_WEIGHTS[name] for name in order)
     graph = _graph()
