@@ -141,6 +141,7 @@ def hir_encoder(context: dg.AssetExecutionContext, artifacts: ArtifactStore, tor
                 ["loss", "share of the gradient norm"], sorted(shares.items()), {"share of the gradient norm": ".3f"},
                 empty="not measured (HIR_TRAIN_GRAD_SHARE_EVERY is 0 or above the steps run)")),
             "selected_cycle": dg.MetadataValue.int(result.selected_cycle),
+            "held_out_examples": dg.MetadataValue.int(0 if trainer.validation is None else len(trainer.validation.held_out)),
             "held_out_recall_by_cycle": dg.MetadataValue.md(markdown_table(
                 ["cycle", "held-out Recall@10", "kept"],
                 [(i + 1, r, "yes" if i + 1 == result.selected_cycle else "") for i, r in enumerate(result.cycle_recall)],

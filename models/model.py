@@ -28,8 +28,8 @@ class TrainConfig:
     steps: int = 300  # optimiser steps of a run from scratch (0: ``epochs`` passes over the examples)
     epochs: float = 1.0  # with ``steps = 0``: steps = ⌈epochs · CausalExamples.pass_size() / batch_size⌉ (a view counts by its weight)
     # at most this many learning-rate cycles, the first of ``steps`` steps and each next twice as long as
-    # the one before, each with its own cosine decay (warm restarts); the one that predicts held-out next
-    # engagements best is kept, training stopping at the first that does not improve
+    # the one before, each with its own cosine decay (warm restarts); a cycle that predicts held-out next
+    # engagements within one standard error of the best is kept, training stopping at the first below that
     cycles: int = 1
     holdout_users: int = 2000  # users (at most a tenth of them) whose newest first-contact engagement (click or deeper) chooses the cycle (cycles > 1)
     batch_size: int = 64  # causal examples per step and process (anchors = 2 × batch_size + pool_size)

@@ -48,9 +48,11 @@ With ``cycles > 1`` the schedule restarts (warm restarts: the first cycle has ``
 next one twice as many, and each decays from the peak again, the teacher's momentum too) and the
 newest first contact of ``holdout_users`` users (at most a tenth; an engagement of funnel weight 1 or
 more, not a view, where there are such) is held out of training; after
-each cycle the student is scored on them (:mod:`hir.models.validation`, Recall@10) and training
-stops at the first cycle that does not improve, keeping the best cycle's weights — so how many
-passes the data needs is measured, not set.
+each cycle the student is scored on them (:mod:`hir.models.validation`, Recall@10). A cycle that
+scores within one standard error of the best so far is kept (it is as good as the held-out examples
+can tell, and has trained longer); training stops at the first cycle below that and brings the last
+kept cycle's weights back (:func:`~hir.models.validation.kept_cycle`) — so how many passes the data
+needs is measured, not set.
 
 A snapshot without engagements of users with target-type nodes trains on every edge instead
 (anchors and positives of every type, unit weights).
@@ -96,7 +98,7 @@ from hir.models.losses import (
 from hir.models.model import HIRModel, TrainConfig, WorldKnowledge
 from hir.models.prior import CausalPopularity
 from hir.models.sampler import SamplerConfig, ViewSampler
-from hir.models.validation import HeldOutNext, first_contacts, hold_out
+from hir.models.validation import HeldOutNext, first_contacts, hold_out, kept_cycle, no_worse
 
 
 def step_seed(seed: int, step: int, rank: int = 0) -> int:
@@ -426,24 +428,24 @@ class Trainer:
             step=self.step, metrics=list(self.metrics), checkpoint=self.out_dir,
             parameters=self.parameter_count(), seconds=time.perf_counter() - started,
             warm_started_from=self.warm_started_from, cycle_recall=list(recall),
-            selected_cycle=1 + recall.index(max(recall)) if recall else 0,
+            selected_cycle=kept_cycle(recall, len(self.validation.held_out)) if self.validation is not None else 0,
         )
 
     def _end_cycle(self) -> None:
         """Score the cycle just ended on the held-out examples; keep its weights while the score
-        rises, else bring the best cycle's back and finish (:mod:`hir.models.validation`)."""
+        stays within a standard error of the best, else bring the last kept cycle's back and finish
+        (:func:`hir.models.validation.no_worse`)."""
         best = self.out_dir / "best"
-        recall = self.validation.recall(self.student, self.config.backend, self.device)
-        improved = recall > max(self.cycle_recall, default=-1.0)
-        self.cycle_recall.append(recall)
+        self.cycle_recall.append(self.validation.recall(self.student, self.config.backend, self.device))
+        kept = no_worse(self.cycle_recall, len(self.validation.held_out))
         last = len(self.cycle_recall) == self.config.total_cycles
-        if improved and not last:
+        if kept and not last:
             self._save_to(best)
-        elif not improved:
+        elif not kept:
             checkpoint.resume(best, self.student, self.teacher, self.optimizer, self._config_dict(), self.device)
             if self.world > 1:  # every rank has read it before rank 0 removes it
                 dist.barrier()
-        self.finished = last or not improved
+        self.finished = last or not kept
         if self.finished and self.rank == 0:
             shutil.rmtree(best, ignore_errors=True)
 
