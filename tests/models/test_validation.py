@@ -133,7 +133,7 @@ def test_each_cycle_restarts_the_learning_rate():
     assert warm.total_steps == 5  # fine-tuning runs one cycle
 
 
-def test_the_trainer_keeps_the_best_cycle_and_stops_when_a_cycle_does_not_improve(planted, tmp_path):
+def test_the_trainer_keeps_cycles_no_worse_than_the_best_and_stops_at_the_first_below(planted, tmp_path):
     _, _, graph = planted
     config = tiny_config(steps=6, batch_size=32, lr=2e-2, cycles=4, holdout_users=30, checkpoint_every=5)
     trainer = Trainer(graph, config, encoder_for(graph), SAMPLER, tmp_path / "run")
@@ -147,7 +147,7 @@ def test_the_trainer_keeps_the_best_cycle_and_stops_when_a_cycle_does_not_improv
     recall, n = result.cycle_recall, len(held)
     assert 1 <= len(recall) <= 4 and result.step == config.cycle_ends[len(recall) - 1]
     assert all(no_worse(recall[:k], n) for k in range(1, len(recall)))  # it went on while each cycle was no worse
-    assert len(recall) == 4 or not no_worse(recall, n)  # and stopped at the first that was
+    assert len(recall) == 4 or not no_worse(recall, n)  # and stopped at the first below the best by more than an error
     assert result.selected_cycle == kept_cycle(recall, n)
     kept = load_model(tmp_path / "run", len(graph.edge_types))
     assert trainer.validation.recall(kept) == recall[result.selected_cycle - 1]  # the checkpoint holds the kept cycle's weights
@@ -176,6 +176,27 @@ def test_a_cycle_within_a_standard_error_of_the_best_is_kept_and_training_stops_
     assert kept_cycle([0.5], 10) == 1 and kept_cycle([], 10) == 0
     assert no_worse([0.5, 0.451], 100) and not no_worse([0.5, 0.449], 100)  # one error: √(0.25/100) = 0.05
     assert not no_worse([0.5, 0.451], 10_000)  # the same drop on more examples is real
+
+
+def test_a_cycle_below_the_best_by_more_than_an_error_brings_the_last_kept_weights_back(planted, tmp_path):
+    _, _, graph = planted
+    config = tiny_config(steps=3, batch_size=32, cycles=3, holdout_users=30)
+    trainer = Trainer(graph, config, encoder_for(graph), SAMPLER, tmp_path / "run")
+    n = len(trainer.validation.held_out)
+    error = math.sqrt(0.5 * 0.5 / n)
+    scores = iter([0.5, 0.5 - error / 2, 0.5 - 2 * error])  # the second within an error of the first, the third not
+    weights = []
+
+    def scripted_recall(model, *args):  # the held-out scores scripted, the training and checkpoints real
+        weights.append({k: v.clone() for k, v in model.state_dict().items()})
+        return next(scores)
+
+    trainer.validation.recall = scripted_recall
+    result = trainer.fit()
+    assert result.step == config.cycle_ends[2] and len(result.cycle_recall) == 3 and result.selected_cycle == 2
+    kept = load_model(tmp_path / "run", len(graph.edge_types)).state_dict()
+    assert all(torch.equal(kept[k], weights[1][k]) for k in kept)  # the second cycle's weights, not the third's
+    assert not all(torch.equal(kept[k], weights[2][k]) for k in kept)
 
 
 def test_one_cycle_holds_nothing_out(planted, tmp_path):
