@@ -38,8 +38,9 @@ def test_bench_refresh_compares_scratch_and_warm_start(tmp_path):
     assert out["nodes_day2"] == load_snapshot(folders[1]).num_nodes
     assert out["time_ratio"] == pytest.approx(out["warm_s"] / out["scratch_s"], rel=0.1, abs=0.05)
     assert set(out) == {"scratch_s", "warm_s", "time_ratio", "scratch_engagement_auc", "warm_engagement_auc",
-                        "warm_new_pair_auc", "graph",
+                        "warm_new_pair_auc", "scratch_cycle_recall", "scratch_selected_cycle", "graph",
                         "nodes_day2", "next_day_edges"}
+    assert 1 <= out["scratch_selected_cycle"] <= len(out["scratch_cycle_recall"]) == 2  # the settings' two cycles, one kept
 
 
 @pytest.mark.slow

@@ -93,13 +93,14 @@ def _training_settings(args: argparse.Namespace, settings: Settings) -> Settings
     )
 
 
-def _train(args, settings: Settings, graph, out: Path, warm: str = "") -> float:
+def _train(args, settings: Settings, graph, out: Path, warm: str = ""):
+    """``(seconds, TrainResult)`` of one training run into ``out``."""
     from hir.models.trainer import Trainer
     from hir.training.configs import training_configs
 
     start = time.perf_counter()
-    Trainer(graph, *training_configs(_training_settings(args, settings), graph, warm_start=warm), out).fit()
-    return time.perf_counter() - start
+    result = Trainer(graph, *training_configs(_training_settings(args, settings), graph, warm_start=warm), out).fit()
+    return time.perf_counter() - start, result
 
 
 def scored_pairs(graph, events: list[tuple[int, int, str]], weights: dict[str, float], new_only: bool = False):
@@ -171,8 +172,8 @@ def run(args: argparse.Namespace, settings: Settings) -> dict:
         folders, pairs = _synthetic_days(args, home, settings) if args.graph == "synthetic" else _planted_days(args, home)
         day1, day2 = (load_snapshot(f) for f in folders)
         _train(args, settings, day1, home / "model-day1")
-        scratch_s = _train(args, settings, day2, home / "scratch")
-        warm_s = _train(args, settings, day2, home / "warm", warm=str(home / "model-day1"))
+        scratch_s, scratch = _train(args, settings, day2, home / "scratch")
+        warm_s, _ = _train(args, settings, day2, home / "warm", warm=str(home / "model-day1"))
         weights = parse_funnel_weights(settings.train_funnel_weights or TrainConfig.funnel_weights)
         scratch_auc, warm_auc, new_auc = (engagement_auc(day2, home / model, pairs, args.seed, weights, new_only)
                                           for model, new_only in (("scratch", False), ("warm", False), ("warm", True)))
@@ -183,6 +184,8 @@ def run(args: argparse.Namespace, settings: Settings) -> dict:
         "scratch_engagement_auc": _rounded(scratch_auc),
         "warm_engagement_auc": _rounded(warm_auc),
         "warm_new_pair_auc": _rounded(new_auc),
+        "scratch_cycle_recall": [round(r, 4) for r in scratch.cycle_recall],  # held-out recall after each cycle
+        "scratch_selected_cycle": scratch.selected_cycle,  # the cycle the scratch model kept (0: no choice)
         "graph": args.graph,
         "nodes_day2": day2.num_nodes,
         "next_day_edges": len(pairs),
