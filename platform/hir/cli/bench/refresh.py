@@ -8,6 +8,8 @@ trained twice, timed: from scratch (``--steps``) and warm-started from the day-1
 snapshot, each pair once and asked with its own type) against random entities of the true
 destination's type; ``warm_new_pair_auc`` keeps the pairs with no edge between them yet:
 ``time_ratio = warm_s / scratch_s``, target ≤ 0.2 at an AUC no more than 0.01 below scratch.
+The scratch run chooses between its training cycles on held-out examples as the product does;
+``scratch_cycle_recall`` and ``scratch_selected_cycle`` say what it saw and which cycle it kept.
 
 Both runs train the settings' model and views (width, layers, heads, view sizes: what the
 product trains) for the benchmark's step budget (``--steps`` batches of ``--batch`` examples; the
