@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,6 +48,40 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# The small pipeline's two cheap baselines: `hir eval`'s own tests run every one.
+CHEAP_BASELINES = {"HIR_EVAL_BASELINES": "popularity,cooccurrence"}
+
+
+@pytest.fixture(scope="session")
+def small_pipeline(tmp_path_factory) -> dict:
+    """``make run`` once, as the README says it, into a fresh data home from a PATH without the
+    environment (the settings of :data:`hir.cli.bench.faults.SMALL_RUN` with :data:`CHEAP_BASELINES`).
+
+    Shared by the README test, which runs its other commands in that home, and the kill-recovery
+    test, which compares its recovered runs with ``outputs``: taken here, before any later command
+    touches the home. Returns ``root``, ``home``, ``env``, ``partition``, ``user`` (a user key of the
+    tokens) and ``outputs``.
+    """
+    import pyarrow.parquet as pq
+    from hir.cli.bench.faults import outputs, run_env
+    from user_setup import without_environment_on_path
+
+    if Path(sys.prefix).resolve() != (REPO / ".venv").resolve():
+        pytest.skip("the README's make targets use the project's .venv; run under .venv/bin/python")
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    root = tmp_path_factory.mktemp("small_pipeline")
+    home = root / "home"
+    env = without_environment_on_path(run_env(home, CHEAP_BASELINES))
+    done = subprocess.run(["make", "run"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-4000:]
+    partition = sorted(p.name for p in (home / "artifacts" / "bom_tokens").iterdir())[-1]
+    bags = pq.read_table(home / "artifacts" / "bom_tokens" / partition / "tokens.parquet",
+                         columns=["entity_type", "source_key"]).to_pylist()
+    user = next(b["source_key"] for b in bags if b["entity_type"] == "user")
+    return {"root": root, "home": home, "env": env, "partition": partition, "user": user, "outputs": outputs(home)}
 
 
 @pytest.fixture

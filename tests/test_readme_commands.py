@@ -1,7 +1,7 @@
 """The README's commands, run as written from a shell whose PATH lacks the virtual environment.
 
-One small pipeline (``make run`` with the settings of :data:`hir.cli.bench.faults.SMALL_RUN`) is shared
-by the module. ``make ui`` must serve the asset graph, ``make serve`` must answer
+One small pipeline (``make run`` with the settings of :data:`hir.cli.bench.faults.SMALL_RUN`,
+:func:`conftest.small_pipeline`) is shared by the module. ``make ui`` must serve the asset graph, ``make serve`` must answer
 ``POST /get-online-features``, and every row of the README's "Command line" table runs once: the
 table is parsed, each placeholder (``USER_KEY``, ``N``, …) is filled from :func:`fills`, an
 optional ``[…]`` group is kept when its placeholders are filled (or it has none) and dropped
@@ -18,12 +18,11 @@ import sys
 import urllib.request
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 from conftest import REPO
-from hir.cli.bench.faults import SMALL_RUN, run_env
+from hir.cli.bench.faults import SMALL_RUN
 from hir.cli.bench.feast import free_port, post_online
-from user_setup import HIR, serving, without_environment_on_path, write_events_only
+from user_setup import HIR, serving, write_events_only
 
 pytestmark = [
     pytest.mark.slow,
@@ -64,18 +63,10 @@ def render(usage: str, values: dict[str, str | list[str]]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def shell(tmp_path_factory) -> dict:
-    """``make run`` once into a fresh data home, from a PATH without the environment."""
-    root = tmp_path_factory.mktemp("readme")
-    home = root / "home"
-    env = without_environment_on_path(run_env(home, {"HIR_EVAL_BASELINES": "popularity,cooccurrence"}))
-    done = subprocess.run(["make", "run"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, done.stderr[-4000:]
-    partition = sorted(p.name for p in (home / "artifacts" / "bom_tokens").iterdir())[-1]
-    bags = pq.read_table(home / "artifacts" / "bom_tokens" / partition / "tokens.parquet",
-                         columns=["entity_type", "source_key"]).to_pylist()
-    user = next(b["source_key"] for b in bags if b["entity_type"] == "user")
-    return {"root": root, "home": home, "env": env, "partition": partition, "user": user}
+def shell(small_pipeline) -> dict:
+    """The shared small pipeline (``make run`` once into a fresh data home, from a PATH without the
+    environment; :func:`conftest.small_pipeline`)."""
+    return small_pipeline
 
 
 def fills(shell: dict) -> dict[str, dict[str, str | list[str]]]:

@@ -8,7 +8,8 @@ import dagster as dg
 import pytest
 from dagster._core.events import DagsterEvent, DagsterEventType, EngineEventData
 from dagster._core.storage.dagster_run import DagsterRun, make_new_run_id
-from hir.cli.bench.faults import compare, kill_sequence, outputs, run_to_end
+from conftest import CHEAP_BASELINES
+from hir.cli.bench.faults import compare, kill_sequence, outputs
 from hir.cli.runner import release_dead_runs
 from hir.instance import prepare
 
@@ -16,12 +17,9 @@ RUN_TIMEOUT = 1200  # seconds one small `hir run` may take on a loaded 2-core ma
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    """The outputs of one uninterrupted small run, shared by the tests of this module."""
-    home = tmp_path_factory.mktemp("reference")
-    done = run_to_end(home, RUN_TIMEOUT)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return outputs(home)
+def reference(small_pipeline):
+    """The outputs of one uninterrupted small run: the README's ``make run`` (:func:`conftest.small_pipeline`)."""
+    return small_pipeline["outputs"]
 
 
 @pytest.mark.slow
@@ -36,7 +34,7 @@ def test_uninterrupted_run_is_consistent(reference):
 def test_killed_runs_recover_to_the_reference_outputs(reference, tmp_path):
     home = tmp_path / "killed"
     # Two kills keep the CI budget; `hir bench faults` kills in every step (ingest .. feast_online).
-    seq = kill_sequence(home, ["graph_snapshot", "hir_encoder"], random.Random(0), RUN_TIMEOUT)
+    seq = kill_sequence(home, ["graph_snapshot", "hir_encoder"], random.Random(0), RUN_TIMEOUT, CHEAP_BASELINES)
     assert seq["kills"] == 2
     assert seq["returncode"] == 0, seq["last_line"]
     assert compare(reference, outputs(home)) == []

@@ -811,12 +811,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-timeout", type=float, default=900.0, help="seconds one `hir run` may take")
 
 
-def kill_sequence(home: Path, steps: list[str], rng: random.Random, timeout: float) -> dict[str, Any]:
+def kill_sequence(home: Path, steps: list[str], rng: random.Random, timeout: float,
+                  extra: dict[str, str] | None = None) -> dict[str, Any]:
     """Kill ``hir run`` in ``home`` once per step of ``steps`` (each run resumes what the previous
-    kill interrupted), then run it to the end. Returns ``kills`` and the final run's ``returncode``
-    and last ``stderr`` line."""
-    killed = sum(kill_during(home, step, rng.uniform(0.2, 3.0), timeout) for step in steps)
-    final = run_to_end(home, timeout)
+    kill interrupted), then run it to the end (``extra``: settings over :func:`run_env`'s). Returns
+    ``kills`` and the final run's ``returncode`` and last ``stderr`` line."""
+    killed = sum(kill_during(home, step, rng.uniform(0.2, 3.0), timeout, extra) for step in steps)
+    final = run_to_end(home, timeout, extra)
     last = (final.stderr.strip().splitlines() or [""])[-1]
     return {"kills": killed, "returncode": final.returncode, "last_line": last}
 
