@@ -59,6 +59,8 @@ class TrainConfig:
     target_types: str = "product,ad,movie,item"  # comma-separated node types of the positives (those in the graph)
     funnel_weights: str = ",".join(f"{k}:{v:g}" for k, v in DEFAULT_FUNNEL_WEIGHTS.items())  # event type:weight
     pool_size: int = 896  # M shared popularity-drawn candidates per step (negatives = B − 1 + M)
+    item_residual: bool = False  # add a learnt vector of its own to each item that is a training positive (:class:`ItemResidual`)
+    residual_rows: int = 0  # rows of that table (set by the trainer: the items it trains on)
     pool_alpha: float = 0.75  # popularity exponent α of that pool
     # probability that an example's user and positive lose their own earlier edges to each other in
     # the student views (the view of the item the user then buys), so the task is the user's interests,
@@ -103,12 +105,45 @@ class TrainConfig:
 RECENCY_GAIN = 10.0
 
 
+class ItemResidual(nn.Module):
+    """A learnt vector ``r_i`` of each item the model was trained to predict, added to its representation.
+
+    ``h_i ← h_i + r_i`` for the ``R`` items listed (warehouse entity ids, sorted), ``h_i`` unchanged
+    for any other entity: ``r`` starts at zero and is trained only by the items' own examples, so it
+    gives each trained item the freedom of a free item vector (SASRec's, matrix factorisation's)
+    beside what the encoder infers from its neighbourhood, while an item first seen later keeps the
+    inductive representation alone.
+
+    Args:
+        rows: ``R``, the items with a vector.
+        dim: the representation width.
+    """
+
+    def __init__(self, rows: int, dim: int):
+        super().__init__()
+        self.register_buffer("entity_ids", torch.full((rows,), torch.iinfo(torch.int64).max, dtype=torch.int64))
+        self.weight = nn.Parameter(torch.zeros(rows, dim))
+
+    def set_items(self, entity_ids: torch.Tensor) -> None:
+        """List the ``R`` items (int64 entity ids, distinct) whose vectors the table holds."""
+        if entity_ids.numel() != self.entity_ids.numel():
+            raise ValueError(f"{entity_ids.numel()} items for a table of {self.entity_ids.numel()} rows")
+        self.entity_ids.copy_(entity_ids.sort().values)
+
+    def forward(self, entity_id: torch.Tensor) -> torch.Tensor:
+        """``[B, dim]`` ``r`` of each of ``entity_id`` ``[B]`` (zero where the table has none)."""
+        row = torch.searchsorted(self.entity_ids, entity_id.contiguous()).clamp_max(self.entity_ids.numel() - 1)
+        hit = self.entity_ids[row] == entity_id
+        return self.weight[row] * hit.unsqueeze(-1).to(self.weight.dtype)
+
+
 class HIRModel(nn.Module):
     """Encoder, projection head, two-level prototypes and engagement head.
 
     The representation is ``h = enc(view) + LN(W_c · pooled wk) + LN(pooled ids)``: with world
     knowledge its pooled content (:meth:`pooled_content`), and with ``encoder_config.pooled_ids``
-    the pooled hashed ids (:meth:`pooled_ids`) reach ``h`` directly instead of only through attention.
+    the pooled hashed ids (:meth:`pooled_ids`) reach ``h`` directly instead of only through attention,
+    and with ``config.item_residual`` each trained item adds its own vector (:class:`ItemResidual`).
 
     Args:
         encoder_config: the encoder's configuration (its ``dim`` is the representation width).
@@ -127,6 +162,7 @@ class HIRModel(nn.Module):
         self.id_norm = nn.LayerNorm(dim) if encoder_config.pooled_ids else None
         if self.id_norm is not None and encoder_config.wk_dim:  # beside world knowledge the ids start silent
             nn.init.zeros_(self.id_norm.weight)
+        self.residual = ItemResidual(config.residual_rows, dim) if config.item_residual and config.residual_rows else None
         c = encoder_config
         learnt = c.recency_weight > 0 and c.recency_type >= 0
         self.log_recency = nn.Parameter(torch.tensor([math.log(c.recency_weight), math.log(c.recency_half_rank)]) / RECENCY_GAIN) if learnt else None
@@ -174,6 +210,8 @@ class HIRModel(nn.Module):
             h = h + self.pooled_content(view, wk)
         if self.id_norm is not None:
             h = h + self.pooled_ids(view)
+        if self.residual is not None:
+            h = h + self.residual(view.entity_id[:, 0])
         coarse, fine = self.prototypes.scores(self.projector(h))
         return h, coarse, fine
 

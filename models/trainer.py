@@ -190,17 +190,19 @@ class Trainer:
         self.rank, self.world = _rank_world()
         self.wk = WorldKnowledge.of(wk)
         self.sampler = ViewSampler(graph, sampler_config)
-        torch.manual_seed(config.seed)
-        self.student = HIRModel(encoder_config, config, max(1, len(graph.edge_types))).to(self.device)
+        self._prepare_examples()
+        torch.manual_seed(self.config.seed)
+        self.student = HIRModel(encoder_config, self.config, max(1, len(graph.edge_types))).to(self.device)
+        if self.student.residual is not None:
+            self.student.residual.set_items(graph.entity_id[self.trained_items].to(self.device))
         self.teacher = copy.deepcopy(self.student)
         self.teacher.requires_grad_(False)
         # fused: one kernel over all parameters (3× faster than the per-tensor loop on the id table)
-        self.optimizer = torch.optim.AdamW(self._param_groups(), lr=config.lr, betas=(0.9, 0.999), fused=True)
+        self.optimizer = torch.optim.AdamW(self._param_groups(), lr=self.config.lr, betas=(0.9, 0.999), fused=True)
         self.step, self.metrics, self.warm_started_from = 0, [], ""
         self.cycle_recall: list[float] = []
         self.finished = False  # a later cycle stopped improving: the best one's weights are back
         self._shares: dict[str, float] = {}
-        self._prepare_examples()
         if not self._resume() and config.warm_start:
             self._warm_start(Path(config.warm_start))
         self.ddp = self._wrap()
@@ -236,6 +238,9 @@ class Trainer:
                 eligible &= self.examples.engagements()
             self.examples, held_out = hold_out(self.examples, users, eligible)
         self.candidates = CandidateSampler(graph.num_nodes, targets, self.examples, c.pool_alpha)
+        self.trained_items = self.examples.positive.unique()  # the items an ItemResidual row is kept for
+        if c.item_residual:
+            self.config = c = dataclasses.replace(c, residual_rows=self.trained_items.numel())
         if c.steps == 0:  # one budget for any data: epochs over the examples, all processes together
             self.config = c = dataclasses.replace(c, steps=max(1, math.ceil(c.epochs * self.examples.pass_size() / (c.batch_size * self.world))))
         self.pool_size = max(1, min(c.pool_size, targets.numel()))  # M: no more draws than the catalogue has nodes
