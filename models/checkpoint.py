@@ -145,9 +145,10 @@ def resume(folder: Path, student: nn.Module, teacher: nn.Module, optimizer: torc
     return state
 
 
-def warm_start(folder: Path, student: nn.Module, teacher: nn.Module, config: dict[str, Any]) -> None:
+def warm_start(folder: Path, student: HIRModel, teacher: HIRModel, config: dict[str, Any]) -> None:
     """Load another run's weights into ``student`` and ``teacher``: encoder, heads and prototypes
-    (hashed id tables carry over, so new entities need no resizing).
+    (hashed id tables carry over, so new entities need no resizing), and the item residuals of the
+    items both runs train on (:func:`_carry_residuals`).
 
     Raises :class:`CheckpointMismatch` where a shape differs: the encoder config, or the
     prototype counts and projection width.
@@ -156,8 +157,24 @@ def warm_start(folder: Path, student: nn.Module, teacher: nn.Module, config: dic
     shape_fields = frozenset(set(saved.get("train", {})) - {"coarse", "fine", "proj_dim"})
     check_config({"train": saved["train"], "encoder": saved["encoder"], "sampler": config["sampler"]}, config, folder, ignore=shape_fields)
     weights = read_weights(folder / "model.safetensors")
-    student.load_state_dict(_prefixed(weights, "student."))
-    teacher.load_state_dict(_prefixed(weights, "teacher."))
+    for prefix, model in (("student.", student), ("teacher.", teacher)):
+        model.load_state_dict(_carry_residuals(_prefixed(weights, prefix), model))
+
+
+def _carry_residuals(state: dict[str, torch.Tensor], model: HIRModel) -> dict[str, torch.Tensor]:
+    """``state`` with its item residuals moved to ``model``'s rows by entity id: a later snapshot
+    trains on other items (new ones start at zero, ones no longer trained on are dropped), and a
+    run with the residuals switched on or off starts from one without them or drops them."""
+    ids, rows = state.pop("residual.entity_ids", None), state.pop("residual.weight", None)
+    if model.residual is None:
+        return state
+    target = model.residual.entity_ids
+    weight = torch.zeros_like(model.residual.weight)
+    if ids is not None and ids.numel():
+        at = torch.searchsorted(ids, target).clamp_max(ids.numel() - 1)
+        hit = ids[at] == target
+        weight[hit] = rows[at[hit]].to(weight.dtype)
+    return {**state, "residual.entity_ids": target.clone(), "residual.weight": weight}
 
 
 def read_weights(path: str | Path) -> dict[str, torch.Tensor]:

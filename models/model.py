@@ -61,6 +61,7 @@ class TrainConfig:
     pool_size: int = 896  # M shared popularity-drawn candidates per step (negatives = B − 1 + M)
     item_residual: bool = False  # add a learnt vector of its own to each item that is a training positive (:class:`ItemResidual`)
     residual_rows: int = 0  # rows of that table (set by the trainer: the items it trains on)
+    residual_lr_scale: float = 1.0  # that table's learning rate as a multiple of ``lr`` (a row learns only when its item is a candidate)
     pool_alpha: float = 0.75  # popularity exponent α of that pool
     # probability that an example's user and positive lose their own earlier edges to each other in
     # the student views (the view of the item the user then buys), so the task is the user's interests,

@@ -211,15 +211,20 @@ class Trainer:
 
     def _param_groups(self) -> list[dict[str, Any]]:
         """Matrices with weight decay; norms, biases and prototypes without; the hashed-id table with
-        decay at ``id_lr_scale`` times the learning rate (``lr_scale``, applied by :meth:`train_step`)."""
+        decay at ``id_lr_scale`` times the learning rate (``lr_scale``, applied by :meth:`train_step`),
+        and the item residuals, where there are any, at ``residual_lr_scale`` times it."""
         table = self.student.encoder.node.hashed.weight
+        residual = self.student.residual.weight if self.student.residual is not None else None
         decay, plain = [], []
         for name, param in self.student.named_parameters():
-            if param is not table:
+            if param is not table and param is not residual:
                 (decay if param.ndim >= 2 and not name.startswith("prototypes") else plain).append(param)
         wd = self.config.weight_decay
-        return [{"params": decay, "weight_decay": wd}, {"params": plain, "weight_decay": 0.0},
-                {"params": [table], "weight_decay": wd, "lr_scale": self.config.id_lr_scale}]
+        groups = [{"params": decay, "weight_decay": wd}, {"params": plain, "weight_decay": 0.0},
+                  {"params": [table], "weight_decay": wd, "lr_scale": self.config.id_lr_scale}]
+        if residual is not None:
+            groups.append({"params": [residual], "weight_decay": wd, "lr_scale": self.config.residual_lr_scale})
+        return groups
 
     def _prepare_examples(self) -> None:
         """The causal examples, the candidate pool over their target nodes and the causal prior."""

@@ -174,6 +174,11 @@ class Settings:
     train_funnel_weights: str = ""
     train_pool_size: int = 768  # shared popularity-drawn negatives per step (negatives = batch - 1 + pool >= 1000)
     train_pool_alpha: float = 0.75  # popularity exponent of that pool
+    # a learnt vector of each item the run trains on, added to the encoder's (hir.models.model.ItemResidual):
+    # items never trained on, new ones included, keep the encoder's vector alone; and its learning
+    # rate as a multiple of train_lr (a row learns only when its item is among a step's candidates)
+    train_item_residual: bool = False
+    train_residual_lr_scale: float = 1.0
     # probability that an example's user and positive lose their own earlier edges to each other in the
     # student views (hir.models.trainer): the synthetic default's engagements are mostly funnel steps on
     # items the user already saw, its test purchases mostly items it never touched (README, "where the

@@ -142,3 +142,17 @@ def test_the_recency_pooling_is_learnt_from_the_configs_start():
     assert model.log_recency.grad.abs().min() > 0
     off = HIRModel(_config(0.0), TrainConfig(proj_dim=8, coarse=2, fine=4), num_edge_types=2)
     assert off.recency() is None and "log_recency" not in dict(off.named_parameters())
+
+
+def test_item_residual_adds_a_listed_items_own_vector_and_nothing_to_others():
+    from hir.models.model import ItemResidual
+
+    table = ItemResidual(3, 4)
+    table.set_items(torch.tensor([30, 10, 20]))
+    with torch.no_grad():
+        table.weight.copy_(torch.arange(12, dtype=torch.float32).view(3, 4))
+    out = table(torch.tensor([20, 5, 10, 99, 30]))
+    assert torch.equal(out[[0, 2, 4]], table.weight[[1, 0, 2]])  # rows follow the sorted ids
+    assert out[[1, 3]].eq(0).all()  # below the first id, past the last
+    with pytest.raises(ValueError, match="2 items for a table of 3 rows"):
+        table.set_items(torch.tensor([1, 2]))

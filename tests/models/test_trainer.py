@@ -303,3 +303,42 @@ def test_pair_dropout_takes_the_pairs_own_edges_out_of_both_student_views(plante
         held[p] = count
     assert held[0.0] > 0  # the planted users engage again with what they engaged with before
     assert held[1.0] == 0
+
+
+def test_item_residuals_are_kept_for_the_trained_items_and_survive_the_checkpoint(planted, tmp_path):
+    """One row per item that is a training positive (98 of the planted graph's 100 items); the two
+    items never engaged with and every user get no row, so they keep the encoder's vector."""
+    _, graph, _ = planted
+    trainer = Trainer(graph, tiny_config(steps=6, item_residual=True, residual_lr_scale=5.0), encoder_for(graph), SAMPLER, tmp_path)
+    trained = trainer.examples.positive.unique()
+    residual = trainer.student.residual
+    assert trainer.config.residual_rows == trained.numel() == residual.weight.shape[0]
+    assert torch.equal(residual.entity_ids, graph.entity_id[trained].sort().values)
+    assert trainer.optimizer.param_groups[-1]["params"] == [residual.weight]
+    trainer.fit()
+    assert residual.weight.abs().sum(1).gt(0).any()  # the candidates' rows moved
+    model = load_model(tmp_path, len(graph.edge_types))
+    assert torch.equal(model.residual.weight, residual.weight) and torch.equal(model.residual.entity_ids, residual.entity_ids)
+    others = torch.nonzero((graph.node_type == 1) & ~torch.isin(torch.arange(graph.num_nodes), trained)).flatten()
+    users = torch.nonzero(graph.node_type == 0).flatten()
+    assert others.numel() == 2 and model.residual(graph.entity_id[torch.cat([others, users])]).eq(0).all()
+
+
+def test_warm_start_carries_each_items_residual_to_its_new_row(tmp_path):
+    """The next day's run trains on more items: the items of both days keep their vectors (by entity
+    id, whatever their rows), the new ones start at zero; a run without residuals drops them."""
+    events = planted_events(users=120, items=80, events_per_user=8, days=4.0)
+    end = float(events.ts.max()) + 1
+    old, _ = snapshot_at(events, end - 2 * 86_400.0)
+    new, _ = snapshot_at(events, end)
+    Trainer(old, tiny_config(steps=4, item_residual=True), encoder_for(old), SAMPLER, tmp_path / "day1").fit()
+    before = load_model(tmp_path / "day1", len(old.edge_types)).residual
+    config = tiny_config(steps=4, item_residual=True, warm_start=str(tmp_path / "day1"), finetune_steps=2)
+    after = Trainer(new, config, encoder_for(new), SAMPLER, tmp_path / "day2").student.residual
+    assert after.entity_ids.numel() > before.entity_ids.numel()
+    kept = torch.isin(after.entity_ids, before.entity_ids)
+    assert kept.any() and (~kept).any()
+    assert torch.equal(after(after.entity_ids[kept]), before(after.entity_ids[kept]))
+    assert after.weight[~kept].eq(0).all() and before.weight.abs().sum() > 0
+    plain = Trainer(new, dataclasses.replace(config, item_residual=False), encoder_for(new), SAMPLER, tmp_path / "day2b")
+    assert plain.student.residual is None

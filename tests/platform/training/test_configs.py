@@ -41,6 +41,10 @@ def test_training_settings_out_of_range_are_clear_errors():
     with pytest.raises(SettingsError, match="HIR_TRAIN_ID_LR_SCALE=0"):
         training_configs(Settings().replace(train_id_lr_scale=0.0), graph)
     assert training_configs(Settings().replace(train_id_lr_scale=4.0), graph).train.id_lr_scale == 4.0
+    with pytest.raises(SettingsError, match="HIR_TRAIN_RESIDUAL_LR_SCALE=-1"):
+        training_configs(Settings().replace(train_residual_lr_scale=-1.0), graph)
+    residual = training_configs(Settings().replace(train_item_residual=True, train_residual_lr_scale=3.0), graph).train
+    assert residual.item_residual and residual.residual_lr_scale == 3.0
     with pytest.raises(SettingsError, match="HIR_TRAIN_HASH_BUCKETS=0"):
         training_configs(Settings().replace(train_hash_buckets=0), graph)
     assert training_configs(Settings().replace(train_hash_buckets=1 << 18), graph).encoder.hash_buckets == 1 << 18
