@@ -110,8 +110,9 @@ class ItemResidual(nn.Module):
     """A learnt vector ``r_i`` of each item the model was trained to predict, added to its representation.
 
     ``h_i ← h_i + r_i`` for the ``R`` items listed (warehouse entity ids, sorted), ``h_i`` unchanged
-    for any other entity: ``r`` starts at zero and is trained only by the items' own examples, so it
-    gives each trained item the freedom of a free item vector (SASRec's, matrix factorisation's)
+    for any other entity: ``r_i`` starts at zero and learns wherever item ``i`` is embedded in a step
+    (a positive, an in-batch or pool negative), so it gives each trained item the freedom of a free
+    item vector (SASRec's, matrix factorisation's)
     beside what the encoder infers from its neighbourhood, while an item first seen later keeps the
     inductive representation alone.
 
