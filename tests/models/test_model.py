@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 from hir.models.encoder import EncoderConfig
-from hir.models.model import HIRModel, TrainConfig, encoder_config_for, pooling_weights, recency_entries, recency_ranks
+from hir.models.model import HIRModel, ItemResidual, TrainConfig, encoder_config_for, pooling_weights, recency_entries, recency_ranks
 
 USER, ITEM = 0, 1  # node types
 CLICK, IMPRESSION = 0, 1  # edge types
@@ -145,8 +145,6 @@ def test_the_recency_pooling_is_learnt_from_the_configs_start():
 
 
 def test_item_residual_adds_a_listed_items_own_vector_and_nothing_to_others():
-    from hir.models.model import ItemResidual
-
     table = ItemResidual(3, 4)
     table.set_items(torch.tensor([30, 10, 20]))
     with torch.no_grad():
