@@ -48,12 +48,15 @@ def _answers(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def serving(cmd: list[str], env: dict[str, str], url: str, log: Path, cwd: Path | None = None, timeout: float = 240):
+def serving(cmd: list[str], env: dict[str, str], url: str, log: Path, cwd: Path | None = None, timeout: float = 240,
+            preexec_fn=None):
     """Run ``cmd`` in its own process group until ``url`` answers; yield the process, then stop
     the group (SIGTERM, SIGKILL after 30 s). Raises ``AssertionError`` with the log's tail when the
-    command exits first or ``url`` does not answer within ``timeout`` seconds."""
+    command exits first or ``url`` does not answer within ``timeout`` seconds. ``preexec_fn`` runs
+    in the child before ``cmd`` (``subprocess.Popen``'s)."""
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=preexec_fn)
         try:
             deadline = time.monotonic() + timeout
             while not _answers(url):

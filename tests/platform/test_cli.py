@@ -1,4 +1,4 @@
-"""`hir run` ingests into the data home (an events-only csv log runs to the end), records runs in its Dagster instance, and reports mistakes in one line; `hir ui` needs nothing on PATH."""
+"""`hir run` ingests into the data home (an events-only csv log runs to the end), records runs in its Dagster instance, and reports mistakes in one line; `hir ui` needs nothing on PATH and stops on SIGTERM whatever its parent ignored."""
 
 import duckdb
 from hir.cli.main import main
@@ -74,3 +74,28 @@ def test_ui_starts_dagster_with_its_own_interpreter_whatever_the_path(data_home,
     assert main(["ui", "--port", "3999"]) == 0
     assert calls[0][:4] == [sys.executable, "-m", "dagster", "dev"]
     assert calls[0][calls[0].index("-p") + 1] == "3999"
+
+
+def _deaf() -> None:
+    """What a shell without job control, then a Dagster run, leave a background process: SIGINT and
+    SIGTERM ignored (and inherited by every process it starts)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def test_ui_started_with_sigterm_ignored_still_stops_on_it(data_home, tmp_path):
+    """The test suite under a CI runner's background shell was such a parent: every server it started
+    outlived SIGTERM until the SIGKILL 30 s later."""
+    import os
+    import signal
+
+    from hir.cli.bench.feast import free_port
+    from user_setup import HIR, serving
+
+    port = free_port()
+    with serving([str(HIR), "ui", "--port", str(port)], dict(os.environ), f"http://127.0.0.1:{port}/server_info",
+                 tmp_path / "ui.log", preexec_fn=_deaf) as proc:
+        pass
+    assert proc.returncode == -signal.SIGTERM

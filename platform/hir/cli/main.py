@@ -12,7 +12,9 @@ import importlib
 import json
 import os
 import pkgutil
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from hir.errors import USER_ERRORS, SettingsError
@@ -107,8 +109,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stoppable() -> None:
+    """Give SIGINT and SIGTERM back their power to stop the command where its parent took it away.
+
+    A shell without job control starts a background command (``hir run &`` in a script) with SIGINT
+    ignored, and Dagster's in-process runs give SIGTERM whatever SIGINT has, so such a ``hir`` would
+    ignore ``kill`` once it had run a job, and pass the ignored SIGTERM on to every process it starts
+    (``hir ui``'s ``dagster dev``, a test suite's servers).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _stoppable()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "bench":
