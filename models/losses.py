@@ -114,14 +114,6 @@ def info_nce(anchor: torch.Tensor, positive: torch.Tensor, negatives: torch.Tens
     return 0.5 * (F.cross_entropy(forward, target) + F.cross_entropy(backward, target))
 
 
-def _weighted_mean(losses: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
-    """``Σ_b w_b l_b / Σ_b w_b`` (the plain mean where ``weight`` is ``None``)."""
-    if weight is None:
-        return losses.mean()
-    weight = weight.to(losses.dtype)
-    return (weight * losses).sum() / weight.sum().clamp_min(1e-12)
-
-
 def sampled_softmax(
     query: torch.Tensor,
     candidates: torch.Tensor,
@@ -167,34 +159,10 @@ def sampled_softmax(
     same_item = candidate_node.unsqueeze(0) == candidate_node[:batch].unsqueeze(1)
     same_item[target, target] = False
     losses = F.cross_entropy(logits.masked_fill(same_item, float("-inf")), target, reduction="none")
-    return _weighted_mean(losses, weight)
-
-
-def catalogue_softmax(
-    query: torch.Tensor,
-    items: torch.Tensor,
-    target: torch.Tensor,
-    temperature: float = 0.1,
-    log_prior: torch.Tensor | None = None,
-    weight: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Full softmax over a whole catalogue: ``z_bi = ⟨q̂_b, ĉ_i⟩ / T + π_bi`` for every item ``i``,
-    ``L = Σ_b w_b CE(softmax(z_b), y_b) / Σ_b w_b`` — the loss :func:`sampled_softmax` estimates,
-    computed exactly where the catalogue's vectors are at hand.
-
-    Args:
-        query: ``[B, d]`` anchor representations.
-        items: ``[I, d]`` the catalogue's representations.
-        target: int64 ``[B]`` each row's positive, an index into ``items``.
-        temperature: ``T``.
-        log_prior: ``π``, ``[I]`` or ``[B, I]``; ``None`` for none.
-        weight: ``[B]`` example weights; ``None`` weighs rows equally.
-    """
-    logits = F.normalize(query, dim=-1) @ F.normalize(items, dim=-1).T / temperature
-    if log_prior is not None:
-        logits = logits + log_prior.to(logits.dtype)
-    losses = F.cross_entropy(logits, target, reduction="none")
-    return _weighted_mean(losses, weight)
+    if weight is None:
+        return losses.mean()
+    weight = weight.to(losses.dtype)
+    return (weight * losses).sum() / weight.sum().clamp_min(1e-12)
 
 
 def prob_cross_entropy(targets: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:

@@ -62,10 +62,6 @@ class TrainConfig:
     item_residual: bool = False  # add a learnt vector of its own to each item that is a training positive (:class:`ItemResidual`)
     residual_rows: int = 0  # rows of that table (set by the trainer: the items it trains on)
     residual_lr_scale: float = 1.0  # that table's learning rate as a multiple of ``lr`` (a row learns only when its item is a candidate)
-    # steps between re-embeddings of the trained items for the residuals' full softmax over them (the
-    # ``catalogue`` loss: every row learns every step; 0: off; needs ``item_residual``)
-    catalogue_refresh: int = 0
-    w_catalogue: float = 1.0  # weight of that loss
     pool_alpha: float = 0.75  # popularity exponent α of that pool
     # probability that an example's user and positive lose their own earlier edges to each other in
     # the student views (the view of the item the user then buys), so the task is the user's interests,

@@ -38,16 +38,7 @@ target types (:class:`~hir.models.candidates.CandidateSampler`):
    ``L_nce`` = symmetric InfoNCE (temperature ``T``) between ``u`` and ``v`` with the pool as extra
    negatives; ``L_eng`` = BCE of the engagement head (type ``r``, age 0: as of ``t``) on the true
    pairs against pool and in-batch negatives, from the first narrow view's representations;
-   with ``catalogue_refresh > 0`` (item residuals on), ``L_catalogue`` is the full softmax of each
-   user's positive over every trained item, ``⟨ĥ_u, (b_i + r_i)^⟩/T + π_i(t')``
-   (``t'`` the latest of 256 quantiles of the examples' times at or before ``t``)
-   (:func:`~hir.models.losses.catalogue_softmax`), where ``b_i`` is item ``i``'s representation
-   without its residual as of the cut-off, re-embedded every ``catalogue_refresh`` steps, and
-   ``h_u`` is held fixed: the term trains the residual rows alone, each of them every step (in the
-   sampled softmax a row learns only when its item is among the step's candidates). A resumed run
-   re-embeds the table at its first step;
-5. ``L = w_next L_next + w_proto L_proto + w_pair L_pair + w_hier L_hier + w_eng L_eng + w_nce L_nce
-   + w_catalogue L_catalogue``;
+5. ``L = w_next L_next + w_proto L_proto + w_pair L_pair + w_hier L_hier + w_eng L_eng + w_nce L_nce``;
    AdamW with linear warm-up and cosine decay; the teacher follows ``θ_t ← m θ_t + (1 − m) θ_s`` with
    ``m = 1 − (1 − m₀)(cos(π t/T) + 1)/2`` rising from ``m₀`` to 1. Every ``grad_share_every``
    steps (on one process) the next record carries each weighted loss's share of the gradient norm,
@@ -96,7 +87,6 @@ from hir.models.engagement import SECONDS_PER_DAY, in_batch_permutation
 from hir.models.examples import CausalExamples, parse_funnel_weights, training_examples
 from hir.models.graph import TemporalGraph
 from hir.models.losses import (
-    catalogue_softmax,
     collapse_metrics,
     hierarchy_loss,
     info_nce,
@@ -109,9 +99,6 @@ from hir.models.model import HIRModel, TrainConfig, WorldKnowledge
 from hir.models.prior import CausalPopularity
 from hir.models.sampler import SamplerConfig, ViewSampler
 from hir.models.validation import HeldOutNext, first_contacts, hold_out, kept_cycle, no_worse
-
-
-CATALOGUE_PRIOR_TIMES = 256  # time quantiles at which the catalogue softmax's prior is tabled
 
 
 def step_seed(seed: int, step: int, rank: int = 0) -> int:
@@ -216,8 +203,6 @@ class Trainer:
         self.cycle_recall: list[float] = []
         self.finished = False  # a later cycle stopped improving: the best one's weights are back
         self._shares: dict[str, float] = {}
-        self._catalogue: torch.Tensor | None = None  # [R, dim] b_i of the trained items (module doc)
-        self._prior_grid: tuple[torch.Tensor, torch.Tensor] | None = None  # (times [G], their log prior [G, R])
         if not self._resume() and config.warm_start:
             self._warm_start(Path(config.warm_start))
         self.ddp = self._wrap()
@@ -261,10 +246,6 @@ class Trainer:
         self.trained_items = self.examples.positive.unique()  # the items an ItemResidual row is kept for
         if c.item_residual:
             self.config = c = dataclasses.replace(c, residual_rows=self.trained_items.numel())
-        elif c.catalogue_refresh > 0:
-            raise ValueError("catalogue_refresh trains the item residuals: it needs item_residual")
-        if c.catalogue_refresh > 0 and self.world > 1:
-            raise ValueError("catalogue_refresh runs on one process (its residual gradients are not reduced across ranks)")
         if c.steps == 0:  # one budget for any data: epochs over the examples, all processes together
             self.config = c = dataclasses.replace(c, steps=max(1, math.ceil(c.epochs * self.examples.pass_size() / (c.batch_size * self.world))))
         self.pool_size = max(1, min(c.pool_size, targets.numel()))  # M: no more draws than the catalogue has nodes
@@ -370,9 +351,6 @@ class Trainer:
                 q_coarse, q_fine, torch.softmax(s_coarse / tau, -1), torch.softmax(s_fine / tau, -1), parent)
         losses = {name: value / len(outputs) for name, value in losses.items()}
         losses["eng"] = eng
-        if c.catalogue_refresh > 0:
-            users = torch.stack([h[u] for h, _, _ in outputs]).mean(0)
-            losses["catalogue"] = self._catalogue_loss(step, users.detach(), batch, weight)
         parts = {f"loss_{name}": float(value.detach()) for name, value in losses.items()}
         parts["eng_margin"] = float(pos.mean() - neg.mean())
         recency = self.student.recency()
@@ -381,52 +359,15 @@ class Trainer:
         self._last = (outputs[0], pos, neg)
         return losses, parts
 
-    def _catalogue_loss(self, step: int, users: torch.Tensor, batch: CausalExamples, weight: torch.Tensor) -> torch.Tensor:
-        """``L_catalogue`` (module doc) of the batch's users ``[B, dim]`` (held fixed)."""
-        c = self.config
-        entity = self.graph.entity_id[self.trained_items].to(self.device)
-        if self._catalogue is None or step % c.catalogue_refresh == 0:
-            self._catalogue = self._embed_trained_items(step) - self.student.residual(entity).detach()
-        items = self._catalogue + self.student.residual(entity)
-        target = torch.searchsorted(self.trained_items, batch.positive).to(self.device)
-        return catalogue_softmax(users, items, target, c.nce_temperature, self._catalogue_prior(batch.time), weight)
-
-    def _catalogue_prior(self, times: torch.Tensor) -> torch.Tensor:
-        """``[B, R]`` the trained items' log prior as of the latest of ``CATALOGUE_PRIOR_TIMES`` quantiles
-        of the examples' times at or before each row's time: causal (it counts no event at or after
-        ``t``), one gather a step instead of ``B · R`` binary searches (half a second on Beauty)."""
-        if self._prior_grid is None:
-            grid = torch.quantile(self.examples.time.double(), torch.linspace(0, 1, CATALOGUE_PRIOR_TIMES, dtype=torch.float64)).unique()
-            self._prior_grid = (grid, self.prior.log_prior(self.trained_items[None], grid[:, None]).to(self.device))
-        grid, table = self._prior_grid
-        return table[torch.searchsorted(grid, times.double(), side="right").sub(1).clamp_min(0).to(self.device)]
-
-    def _embed_trained_items(self, step: int) -> torch.Tensor:
-        """``[R, dim]`` the student's representations of the trained items from narrow views as of the cut-off."""
-        gen = torch.Generator().manual_seed(step_seed(self.config.seed + 2, step, self.rank))
-        out, batch = [], self.config.batch_size + self.pool_size
-        self.student.eval()
-        with torch.no_grad():
-            for start in range(0, self.trained_items.numel(), batch):
-                anchors = self.trained_items[start:start + batch]
-                times = torch.full(anchors.shape, self.graph.cutoff, dtype=torch.float64)
-                view = self.sampler.narrow(anchors, gen, times=times).to(self.device)
-                out.append(self.student.embed(view, self._wk(view), self.config.backend)[0])
-        self.student.train()
-        return torch.cat(out)
-
     def _weights(self) -> dict[str, float]:
         c = self.config
-        return {"next": c.w_next, "proto": c.w_proto, "pair": c.w_pair, "hier": c.w_hier, "eng": c.w_eng, "nce": c.w_nce,
-                "catalogue": c.w_catalogue if c.catalogue_refresh > 0 else 0.0}
+        return {"next": c.w_next, "proto": c.w_proto, "pair": c.w_pair, "hier": c.w_hier, "eng": c.w_eng, "nce": c.w_nce}
 
     def _gradient_shares(self, losses: dict[str, torch.Tensor]) -> dict[str, float]:
         """``grad_share_<name> = ‖∇ w L‖ / Σ ‖∇ w' L'‖`` over the student's parameters (graph kept)."""
         params = [p for p in self.student.parameters() if p.requires_grad]
         norms = {}
         for name, w in self._weights().items():
-            if name not in losses:  # a loss this run does not have (the catalogue softmax, off)
-                continue
             if w == 0 or not losses[name].requires_grad:
                 norms[name] = 0.0
                 continue
@@ -450,7 +391,7 @@ class Trainer:
             group["lr"] = lr * group.get("lr_scale", 1.0)
         self.student.train()
         losses, parts = self._losses(step)
-        loss = sum(w * losses[name] for name, w in self._weights().items() if name in losses)
+        loss = sum(w * losses[name] for name, w in self._weights().items())
         every = self.config.grad_share_every
         if every > 0 and (step + 1) % every == 0 and self.world == 1:  # DDP's reducer allows one backward
             self._shares = self._gradient_shares(losses)

@@ -181,10 +181,6 @@ class Settings:
     # train_lr (a row learns only when its item is among a step's candidates; 10 was worse)
     train_item_residual: bool = True
     train_residual_lr_scale: float = 1.0
-    # steps between re-embeddings of the trained items for a full softmax over all of them that trains
-    # the residual rows alone, each every step (hir.models.trainer; 0: off; needs the residuals)
-    train_catalogue_refresh: int = 0
-    train_w_catalogue: float = 1.0
     # probability that an example's user and positive lose their own earlier edges to each other in the
     # student views (hir.models.trainer): the synthetic default's engagements are mostly funnel steps on
     # items the user already saw, its test purchases mostly items it never touched (README, "where the

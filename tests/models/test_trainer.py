@@ -324,38 +324,6 @@ def test_item_residuals_are_kept_for_the_trained_items_and_survive_the_checkpoin
     assert others.numel() == 2 and model.residual(graph.entity_id[torch.cat([others, users])]).eq(0).all()
 
 
-def test_the_catalogue_softmax_trains_every_residual_row_and_nothing_else(planted, tmp_path):
-    """With a pool of one candidate a step embeds few items, so the sampled softmax moves few residual
-    rows; the full softmax over the trained items moves every row, and its gradient reaches nothing else."""
-    _, graph, _ = planted
-    config = tiny_config(steps=1, warmup_steps=0, item_residual=True, pool_size=1, batch_size=4)
-
-    def moved(config, folder):
-        trainer = Trainer(graph, config, encoder_for(graph), SAMPLER, tmp_path / folder)
-        before = {name: p.detach().clone() for name, p in trainer.student.named_parameters()}
-        trainer.train_step()
-        return {name for name, p in trainer.student.named_parameters() if not torch.equal(p, before[name])}, trainer
-
-    _, sampled = moved(config, "sampled")
-    rows = sampled.student.residual.weight.abs().sum(1).gt(0)
-    assert 0 < int(rows.sum()) <= 2 * 4 + 1  # the batch's positives and the pool's one node at most
-    _, full = moved(dataclasses.replace(config, catalogue_refresh=5), "full")
-    assert full.student.residual.weight.abs().sum(1).gt(0).all()
-    losses, _ = full._losses(1)
-    params = dict(full.student.named_parameters())
-    grads = torch.autograd.grad(losses["catalogue"], list(params.values()), allow_unused=True)
-    reached = {name for name, g in zip(params, grads) if g is not None and g.abs().sum() > 0}
-    assert reached == {"residual.weight"}
-    times = full.examples.time[:8]  # its prior never counts an event at or after a row's time
-    tabled = full._catalogue_prior(times)
-    exact = full.prior.log_prior(full.trained_items[None], times[:, None])
-    assert tabled.le(exact + 1e-6).all()
-    grid = full._prior_grid[0][-3:]  # and at the tabled times it is the prior itself
-    assert torch.allclose(full._catalogue_prior(grid), full.prior.log_prior(full.trained_items[None], grid[:, None]))
-    with pytest.raises(ValueError, match="needs item_residual"):
-        Trainer(graph, dataclasses.replace(config, item_residual=False, catalogue_refresh=5), encoder_for(graph), SAMPLER, tmp_path / "off")
-
-
 def test_warm_start_carries_each_items_residual_to_its_new_row(tmp_path):
     """The next day's run trains on more items: the items of both days keep their vectors (by entity
     id, whatever their rows), the new ones start at zero; a run without residuals drops them."""

@@ -60,8 +60,7 @@ def training_configs(settings: Settings, graph, wk_dim: int = 0, device_type: st
         w_nce=settings.train_w_nce, w_next=settings.train_w_next, target_types=settings.train_target_types,
         funnel_weights=settings.train_funnel_weights or TrainConfig.funnel_weights, pool_size=settings.train_pool_size,
         pool_alpha=settings.train_pool_alpha, item_residual=settings.train_item_residual,
-        residual_lr_scale=settings.train_residual_lr_scale, catalogue_refresh=settings.train_catalogue_refresh,
-        w_catalogue=settings.train_w_catalogue, pair_dropout=settings.train_pair_dropout, prior_half_life_days=settings.train_prior_half_life_days,
+        residual_lr_scale=settings.train_residual_lr_scale, pair_dropout=settings.train_pair_dropout, prior_half_life_days=settings.train_prior_half_life_days,
         grad_share_every=settings.train_grad_share_every, narrow_views=settings.train_narrow_views,
         teacher_batch=settings.train_teacher_batch,
         checkpoint_every=settings.train_checkpoint_every, log_every=settings.train_log_every,
@@ -77,9 +76,6 @@ def training_configs(settings: Settings, graph, wk_dim: int = 0, device_type: st
         raise SettingsError(f"HIR_TRAIN_ID_LR_SCALE={settings.train_id_lr_scale:g} must be > 0 (1: the shared learning rate)")
     if settings.train_residual_lr_scale <= 0:
         raise SettingsError(f"HIR_TRAIN_RESIDUAL_LR_SCALE={settings.train_residual_lr_scale:g} must be > 0 (1: the shared learning rate)")
-    if settings.train_catalogue_refresh < 0 or (settings.train_catalogue_refresh and not settings.train_item_residual):
-        raise SettingsError(f"HIR_TRAIN_CATALOGUE_REFRESH={settings.train_catalogue_refresh} must be ≥ 0 (0: off) and "
-                            "needs HIR_TRAIN_ITEM_RESIDUAL=1 (it trains the item residuals)")
     if not 0 <= settings.train_pair_dropout <= 1:
         raise SettingsError(f"HIR_TRAIN_PAIR_DROPOUT={settings.train_pair_dropout:g} must lie in [0, 1] (a probability)")
     if settings.train_recency_pool < 0 or settings.train_recency_half_rank <= 0:

@@ -45,12 +45,6 @@ def test_training_settings_out_of_range_are_clear_errors():
         training_configs(Settings().replace(train_residual_lr_scale=-1.0), graph)
     residual = training_configs(Settings().replace(train_item_residual=True, train_residual_lr_scale=3.0), graph).train
     assert residual.item_residual and residual.residual_lr_scale == 3.0
-    with pytest.raises(SettingsError, match="HIR_TRAIN_CATALOGUE_REFRESH=50 .* needs HIR_TRAIN_ITEM_RESIDUAL=1"):
-        training_configs(Settings().replace(train_item_residual=False, train_catalogue_refresh=50), graph)
-    with pytest.raises(SettingsError, match="HIR_TRAIN_CATALOGUE_REFRESH=-1"):
-        training_configs(Settings().replace(train_catalogue_refresh=-1), graph)
-    catalogue = training_configs(Settings().replace(train_catalogue_refresh=50, train_w_catalogue=0.5), graph).train
-    assert catalogue.catalogue_refresh == 50 and catalogue.w_catalogue == 0.5
     with pytest.raises(SettingsError, match="HIR_TRAIN_HASH_BUCKETS=0"):
         training_configs(Settings().replace(train_hash_buckets=0), graph)
     assert training_configs(Settings().replace(train_hash_buckets=1 << 18), graph).encoder.hash_buckets == 1 << 18
