@@ -56,11 +56,11 @@ def ingest(context: dg.AssetExecutionContext, config: IngestConfig, warehouse: W
         context.log.info(f"reading {kind} {path or '(generated)'}")
         try:
             batch = read_source(kind, path or None, settings)
+            with warehouse.connect() as con:
+                reports.append(load_batch(con, batch))
         except SourceError as exc:
             # A user mistake: retrying cannot help, so fail at once with the one-line reason.
             raise dg.Failure(description=str(exc), allow_retries=False) from exc
-        with warehouse.connect() as con:
-            reports.append(load_batch(con, batch))
         context.log.info(f"{kind}: {reports[-1]}")
     with warehouse.connect(read_only=True) as con:
         counts = table_counts(con)

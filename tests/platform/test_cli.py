@@ -17,6 +17,15 @@ def test_run_ingest_only_records_runs(data_home, monkeypatch, capsys):
         runs = instance.get_runs()
     assert len(runs) == 1 and runs[0].job_name == "ingest_job"
     assert "telemetry" in (data_home / "dagster" / "dagster.yaml").read_text()
+    # another seed generates another ecosystem: refused in one line, the warehouse as it was
+    monkeypatch.setenv("HIR_SEED", "1")
+    capsys.readouterr()
+    assert main(["run", "--ingest-only"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "holds another generated world (synthetic seed=0 events=20000)" in err[-1] and "Traceback" not in "\n".join(err)
+    con = duckdb.connect(str(data_home / "warehouse.duckdb"), read_only=True)
+    assert con.execute("SELECT count(*), count(DISTINCT location) FROM ingest_ledger").fetchone() == (1, 1)
+    con.close()
 
 
 def test_user_mistake_is_one_line(data_home, capsys):

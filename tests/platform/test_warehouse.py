@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
+import pytest
+from hir.errors import SourceError
 from hir.graph.sources.synthetic import generate
 from hir.graph.warehouse import EVENT_DAYS_OF, connect, event_days_complete, load_batch
 from hir.settings import Settings
@@ -23,10 +26,22 @@ def test_loaded_batches_keep_the_fingerprints_of_a_scan_of_the_log(tmp_path):
     with connect(tmp_path / "w.duckdb") as con:
         load_batch(con, generate(settings, events=3000))
         first = _kept(con)
-        load_batch(con, generate(settings.replace(seed=settings.seed + 1), events=2000))
+        appended = dataclasses.replace(generate(settings.replace(seed=settings.seed + 1), events=2000), whole_world=False)
+        load_batch(con, appended)  # as a later file of a log would be
         assert event_days_complete(con)
         assert _kept(con) == _fingerprints(con, "events") != first
         assert {row[1] for row in _kept(con)} == {r[0] for r in con.execute("SELECT DISTINCT event_type FROM events").fetchall()}
+
+
+def test_a_second_generated_world_is_refused_and_the_first_kept(tmp_path):
+    settings = Settings.from_mapping({}, data_home=tmp_path, synthetic_days=4, threads=1)
+    with connect(tmp_path / "w.duckdb") as con:
+        load_batch(con, generate(settings, events=3000))
+        before = _kept(con)
+        with pytest.raises(SourceError, match=r"synthetic seed=1 events=2000: this data home holds another generated world \(synthetic seed=0 events=3000\)"):
+            load_batch(con, generate(settings.replace(seed=1), events=2000))
+        assert _kept(con) == before
+        assert load_batch(con, generate(settings, events=3000)).skipped  # the same world again: nothing to do
 
 
 def test_events_written_past_the_loader_leave_the_fingerprints_short_until_the_next_append(tmp_path):

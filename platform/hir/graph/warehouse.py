@@ -14,7 +14,7 @@ from typing import Iterator
 import duckdb
 import pandas as pd
 
-from hir.errors import StorageError
+from hir.errors import SourceError, StorageError
 from hir.graph.sources.base import SourceBatch
 
 SCHEMA = """
@@ -227,6 +227,16 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: SourceBatch) -> LoadReport
     ).fetchone()[0]
     if done:
         return LoadReport(batch.source, batch.location, True, batch.rows_read, batch.rows_accepted, batch.rows_rejected)
+    if batch.whole_world:
+        other = con.execute(
+            "SELECT location FROM ingest_ledger WHERE source = ? AND fingerprint <> ? LIMIT 1",
+            [batch.source, batch.fingerprint],
+        ).fetchone()
+        if other:
+            raise SourceError(
+                f"{batch.location}: this data home holds another generated world ({other[0]}) and the two "
+                "would mix (their keys collide); keep the settings that made it, or set HIR_DATA_HOME to a new folder"
+            )
 
     frames = {
         "b_entities": batch.entities,

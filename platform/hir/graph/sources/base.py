@@ -48,6 +48,8 @@ class SourceBatch:
         rejected: ``location, raw, reason`` — one row per rejected input row.
         extra_tables: more tables keyed by ``entity_type, source_key`` (e.g. ``planted_truth``);
             the warehouse replaces the key columns by ``entity_id``.
+        whole_world: the batch is a complete generated world (the synthetic ecosystem): a data
+            home holds one, since another one's keys would collide with it.
     """
 
     source: str
@@ -61,6 +63,7 @@ class SourceBatch:
     content: pd.DataFrame = field(default_factory=lambda: empty_frame(CONTENT_COLUMNS))
     rejected: pd.DataFrame = field(default_factory=lambda: empty_frame(REJECTED_COLUMNS))
     extra_tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    whole_world: bool = False
 
     @property
     def rows_rejected(self) -> int:

@@ -356,6 +356,7 @@ def generate(settings: Settings, events: int | None = None) -> SourceBatch:
                            "coarse": settings.synthetic_coarse, "fine": settings.synthetic_fine, "version": 1}, sort_keys=True)
     batch.fingerprint = hashlib.sha256(identity.encode()).hexdigest()
     batch.location = f"synthetic seed={settings.seed} events={events}"
+    batch.whole_world = True
     return batch
 
 
