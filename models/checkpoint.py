@@ -162,19 +162,22 @@ def warm_start(folder: Path, student: HIRModel, teacher: HIRModel, config: dict[
 
 
 def _carry_residuals(state: dict[str, torch.Tensor], model: HIRModel) -> dict[str, torch.Tensor]:
-    """``state`` with its item residuals moved to ``model``'s rows by entity id: a later snapshot
-    trains on other items (new ones start at zero, ones no longer trained on are dropped), and a
-    run with the residuals switched on or off starts from one without them or drops them."""
-    ids, rows = state.pop("residual.entity_ids", None), state.pop("residual.weight", None)
-    if model.residual is None:
-        return state
-    target = model.residual.entity_ids
-    weight = torch.zeros_like(model.residual.weight)
-    if ids is not None and ids.numel():
-        at = torch.searchsorted(ids, target).clamp_max(ids.numel() - 1)
-        hit = ids[at] == target
-        weight[hit] = rows[at[hit]].to(weight.dtype)
-    return {**state, "residual.entity_ids": target.clone(), "residual.weight": weight}
+    """``state`` with its per-item tables (residuals, context) moved to ``model``'s rows by entity id:
+    a later snapshot trains on other items (new ones start at zero, ones no longer trained on are
+    dropped), and a run with a table switched on or off starts from one without it or drops it."""
+    for name in ("residual", "context"):
+        ids, rows = state.pop(f"{name}.entity_ids", None), state.pop(f"{name}.weight", None)
+        table = getattr(model, name)
+        if table is None:
+            continue
+        target = table.entity_ids
+        weight = torch.zeros_like(table.weight)
+        if ids is not None and ids.numel():
+            at = torch.searchsorted(ids, target).clamp_max(ids.numel() - 1)
+            hit = ids[at] == target
+            weight[hit] = rows[at[hit]].to(weight.dtype)
+        state = {**state, f"{name}.entity_ids": target.clone(), f"{name}.weight": weight}
+    return state
 
 
 def read_weights(path: str | Path) -> dict[str, torch.Tensor]:

@@ -62,6 +62,7 @@ class TrainConfig:
     item_residual: bool = False  # add a learnt vector of its own to each item that is a training positive (:class:`ItemResidual`)
     residual_rows: int = 0  # rows of that table (set by the trainer: the items it trains on)
     residual_lr_scale: float = 1.0  # that table's learning rate as a multiple of ``lr`` (a row learns only when its item is a candidate)
+    item_context: bool = False  # a second learnt vector of each trained item, pooled only by the users that engaged with it (:meth:`HIRModel.pooled_ids`)
     pool_alpha: float = 0.75  # popularity exponent α of that pool
     # probability that an example's user and positive lose their own earlier edges to each other in
     # the student views (the view of the item the user then buys), so the task is the user's interests,
@@ -165,9 +166,14 @@ class HIRModel(nn.Module):
         if self.id_norm is not None and encoder_config.wk_dim:  # beside world knowledge the ids start silent
             nn.init.zeros_(self.id_norm.weight)
         self.residual = ItemResidual(config.residual_rows, dim) if config.item_residual and config.residual_rows else None
+        self.context = ItemResidual(config.residual_rows, dim) if config.item_context and config.residual_rows else None
         c = encoder_config
         learnt = c.recency_weight > 0 and c.recency_type >= 0
         self.log_recency = nn.Parameter(torch.tensor([math.log(c.recency_weight), math.log(c.recency_half_rank)]) / RECENCY_GAIN) if learnt else None
+
+    def item_tables(self) -> list[ItemResidual]:
+        """The per-item tables the model has (residuals, context), each over the trained items."""
+        return [t for t in (self.residual, self.context) if t is not None]
 
     def recency(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(ρ, h)`` of the users' recency pooling (:func:`pooling_weights`), learnt from the
@@ -188,9 +194,17 @@ class HIRModel(nn.Module):
         attention alone a rare entity's id, a sliver of a token beside its type, position, edge and
         metadata embeddings, barely reached ``h``; on a log of bare ids (Taobao) the representation
         then ranked no better than popularity.
+
+        With ``config.item_context`` a user's hop-1 tokens add a second vector ``c_j`` of each trained
+        item (an :class:`ItemResidual` table of their own) to its id, ``E_id(j) + c_j``, which the item
+        never uses for itself: ``⟨c_j, h_i⟩`` is then free to score "``i`` follows ``j``" apart from
+        "``j`` follows ``i``" (the two item tables of FISM and FPMC), where the tied id scores both alike.
         """
         weight = pooling_weights(view, self.encoder.config, self.recency())
         ids = self.encoder.node.hashed_id(view.entity_id)
+        if self.context is not None:
+            engaged = (view.node_type[:, :1] == self.encoder.config.recency_type) & (view.hop == 1)
+            ids = ids + self.context(view.entity_id) * engaged.unsqueeze(-1).to(ids.dtype)
         return self.id_norm((weight.unsqueeze(-1) * ids).sum(1) / weight.sum(1, keepdim=True).clamp_min(1e-6))
 
     def pooled_content(self, view, wk: tuple) -> torch.Tensor:

@@ -193,8 +193,8 @@ class Trainer:
         self._prepare_examples()
         torch.manual_seed(self.config.seed)
         self.student = HIRModel(encoder_config, self.config, max(1, len(graph.edge_types))).to(self.device)
-        if self.student.residual is not None:
-            self.student.residual.set_items(graph.entity_id[self.trained_items].to(self.device))
+        for table in self.student.item_tables():
+            table.set_items(graph.entity_id[self.trained_items].to(self.device))
         self.teacher = copy.deepcopy(self.student)
         self.teacher.requires_grad_(False)
         # fused: one kernel over all parameters (3× faster than the per-tensor loop on the id table)
@@ -212,18 +212,18 @@ class Trainer:
     def _param_groups(self) -> list[dict[str, Any]]:
         """Matrices with weight decay; norms, biases and prototypes without; the hashed-id table with
         decay at ``id_lr_scale`` times the learning rate (``lr_scale``, applied by :meth:`train_step`),
-        and the item residuals, where there are any, at ``residual_lr_scale`` times it."""
+        and the per-item tables (residuals, context), where there are any, at ``residual_lr_scale`` times it."""
         table = self.student.encoder.node.hashed.weight
-        residual = self.student.residual.weight if self.student.residual is not None else None
+        items = [t.weight for t in self.student.item_tables()]
         decay, plain = [], []
         for name, param in self.student.named_parameters():
-            if param is not table and param is not residual:
+            if param is not table and all(param is not t for t in items):
                 (decay if param.ndim >= 2 and not name.startswith("prototypes") else plain).append(param)
         wd = self.config.weight_decay
         groups = [{"params": decay, "weight_decay": wd}, {"params": plain, "weight_decay": 0.0},
                   {"params": [table], "weight_decay": wd, "lr_scale": self.config.id_lr_scale}]
-        if residual is not None:
-            groups.append({"params": [residual], "weight_decay": wd, "lr_scale": self.config.residual_lr_scale})
+        if items:
+            groups.append({"params": items, "weight_decay": wd, "lr_scale": self.config.residual_lr_scale})
         return groups
 
     def _prepare_examples(self) -> None:
@@ -244,7 +244,7 @@ class Trainer:
             self.examples, held_out = hold_out(self.examples, users, eligible)
         self.candidates = CandidateSampler(graph.num_nodes, targets, self.examples, c.pool_alpha)
         self.trained_items = self.examples.positive.unique()  # the items an ItemResidual row is kept for
-        if c.item_residual:
+        if c.item_residual or c.item_context:
             self.config = c = dataclasses.replace(c, residual_rows=self.trained_items.numel())
         if c.steps == 0:  # one budget for any data: epochs over the examples, all processes together
             self.config = c = dataclasses.replace(c, steps=max(1, math.ceil(c.epochs * self.examples.pass_size() / (c.batch_size * self.world))))

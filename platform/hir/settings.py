@@ -69,6 +69,9 @@ class Settings:
     # Where DuckDB spills past that cap (empty: <data home>/tmp/duckdb).
     duckdb_temp_directory: str = ""
     seed: int = 0
+    # the encoder's own seed (-1: HIR_SEED): retrains over several seeds on the same data, which the
+    # synthetic source generates from HIR_SEED
+    train_seed: int = -1
 
     # Source: a built-in kind and, for the real-data kinds, a file or folder.
     source: str = "synthetic"
@@ -181,6 +184,9 @@ class Settings:
     # train_lr (a row learns only when its item is among a step's candidates; 10 was worse)
     train_item_residual: bool = True
     train_residual_lr_scale: float = 1.0
+    # a second learnt vector of each trained item that only the users who engaged with it pool
+    # (hir.models.model.HIRModel.pooled_ids): "i follows j" scored apart from "j follows i"
+    train_item_context: bool = False
     # probability that an example's user and positive lose their own earlier edges to each other in the
     # student views (hir.models.trainer): the synthetic default's engagements are mostly funnel steps on
     # items the user already saw, its test purchases mostly items it never touched (README, "where the

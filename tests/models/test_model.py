@@ -3,6 +3,7 @@ only what they engaged with."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -154,3 +155,28 @@ def test_item_residual_adds_a_listed_items_own_vector_and_nothing_to_others():
     assert out[[1, 3]].eq(0).all()  # below the first id, past the last
     with pytest.raises(ValueError, match="2 items for a table of 3 rows"):
         table.set_items(torch.tensor([1, 2]))
+
+
+def test_item_context_reaches_only_the_users_that_engaged_with_the_item():
+    """A user's pooled ids move with the context vector of an item it engaged with (hop 1); the
+    item's own pooled ids, and a user that reached the item only at hop 2, do not: the item scores
+    what follows it without changing how it is scored itself."""
+    config = dataclasses.replace(_config(direct=False), pooled_ids=True)
+    model = HIRModel(config, TrainConfig(proj_dim=8, coarse=2, fine=4, item_context=True, residual_rows=2), num_edge_types=2)
+    model.context.set_items(torch.tensor([11, 12]))
+
+    def with_ids(view, ids):
+        view.entity_id = torch.tensor([ids])
+        return view
+
+    user = with_ids(_view(USER, [5.0, 30.0], [0.3, 0.3]), [1, 11, 50, 12, 0])  # 12 reached at hop 2
+    item = with_ids(_view(ITEM, [5.0, 30.0], [0.3, 0.3]), [11, 2, 3, 12, 0])
+    before_user, before_item = model.pooled_ids(user), model.pooled_ids(item)
+    with torch.no_grad():
+        model.context.weight[1].normal_()  # item 12: in the item's view (hop 2) and the user's (hop 2)
+    assert torch.equal(model.pooled_ids(user), before_user) and torch.equal(model.pooled_ids(item), before_item)
+    with torch.no_grad():
+        model.context.weight[0].normal_()  # item 11: the user's hop-1 entry, the item view's anchor
+    assert not torch.allclose(model.pooled_ids(user), before_user)
+    assert torch.equal(model.pooled_ids(item), before_item)
+    assert [t is model.context for t in model.item_tables()] == [True]

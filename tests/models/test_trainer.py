@@ -324,6 +324,21 @@ def test_item_residuals_are_kept_for_the_trained_items_and_survive_the_checkpoin
     assert others.numel() == 2 and model.residual(graph.entity_id[torch.cat([others, users])]).eq(0).all()
 
 
+def test_item_context_learns_from_the_users_and_survives_the_checkpoint(planted, tmp_path):
+    """The context table has the residuals' rows without them; its rows move only through the users
+    that pooled them, and the checkpoint brings them back."""
+    _, graph, _ = planted
+    encoder = dataclasses.replace(encoder_for(graph), pooled_ids=True, pool_direct=True)
+    trainer = Trainer(graph, tiny_config(steps=6, item_context=True), encoder, SAMPLER, tmp_path)
+    context = trainer.student.context
+    assert trainer.student.residual is None and context.weight.shape[0] == trainer.examples.positive.unique().numel()
+    assert trainer.optimizer.param_groups[-1]["params"] == [context.weight]
+    trainer.fit()
+    assert context.weight.abs().sum(1).gt(0).any()
+    model = load_model(tmp_path, len(graph.edge_types))
+    assert torch.equal(model.context.weight, context.weight) and torch.equal(model.context.entity_ids, context.entity_ids)
+
+
 def test_warm_start_carries_each_items_residual_to_its_new_row(tmp_path):
     """The next day's run trains on more items: the items of both days keep their vectors (by entity
     id, whatever their rows), the new ones start at zero; a run without residuals drops them."""

@@ -60,11 +60,12 @@ def training_configs(settings: Settings, graph, wk_dim: int = 0, device_type: st
         w_nce=settings.train_w_nce, w_next=settings.train_w_next, target_types=settings.train_target_types,
         funnel_weights=settings.train_funnel_weights or TrainConfig.funnel_weights, pool_size=settings.train_pool_size,
         pool_alpha=settings.train_pool_alpha, item_residual=settings.train_item_residual,
+        item_context=settings.train_item_context,
         residual_lr_scale=settings.train_residual_lr_scale, pair_dropout=settings.train_pair_dropout, prior_half_life_days=settings.train_prior_half_life_days,
         grad_share_every=settings.train_grad_share_every, narrow_views=settings.train_narrow_views,
         teacher_batch=settings.train_teacher_batch,
         checkpoint_every=settings.train_checkpoint_every, log_every=settings.train_log_every,
-        seed=settings.seed, backend=training_backend(device_type), warm_start=warm_start,
+        seed=settings.seed if settings.train_seed < 0 else settings.train_seed, backend=training_backend(device_type), warm_start=warm_start,
         finetune_steps=settings.finetune_steps,
     )
     if settings.train_cycles < 1 or settings.train_holdout_users < 0:
@@ -76,6 +77,8 @@ def training_configs(settings: Settings, graph, wk_dim: int = 0, device_type: st
         raise SettingsError(f"HIR_TRAIN_ID_LR_SCALE={settings.train_id_lr_scale:g} must be > 0 (1: the shared learning rate)")
     if settings.train_residual_lr_scale <= 0:
         raise SettingsError(f"HIR_TRAIN_RESIDUAL_LR_SCALE={settings.train_residual_lr_scale:g} must be > 0 (1: the shared learning rate)")
+    if settings.train_item_context and not settings.train_pooled_ids:
+        raise SettingsError("HIR_TRAIN_ITEM_CONTEXT=1 needs HIR_TRAIN_POOLED_IDS=1 (the users pool the context vectors with their ids)")
     if not 0 <= settings.train_pair_dropout <= 1:
         raise SettingsError(f"HIR_TRAIN_PAIR_DROPOUT={settings.train_pair_dropout:g} must lie in [0, 1] (a probability)")
     if settings.train_recency_pool < 0 or settings.train_recency_half_rank <= 0:

@@ -45,6 +45,12 @@ def test_training_settings_out_of_range_are_clear_errors():
         training_configs(Settings().replace(train_residual_lr_scale=-1.0), graph)
     residual = training_configs(Settings().replace(train_item_residual=True, train_residual_lr_scale=3.0), graph).train
     assert residual.item_residual and residual.residual_lr_scale == 3.0
+    with pytest.raises(SettingsError, match="HIR_TRAIN_ITEM_CONTEXT=1 needs HIR_TRAIN_POOLED_IDS=1"):
+        training_configs(Settings().replace(train_item_context=True, train_pooled_ids=False), graph)
+    assert training_configs(Settings().replace(train_item_context=True), graph).train.item_context
+    # the encoder's seed follows HIR_SEED unless HIR_TRAIN_SEED says otherwise (the data stays HIR_SEED's)
+    assert training_configs(Settings().replace(seed=3), graph).train.seed == 3
+    assert training_configs(Settings().replace(seed=3, train_seed=1), graph).train.seed == 1
     with pytest.raises(SettingsError, match="HIR_TRAIN_HASH_BUCKETS=0"):
         training_configs(Settings().replace(train_hash_buckets=0), graph)
     assert training_configs(Settings().replace(train_hash_buckets=1 << 18), graph).encoder.hash_buckets == 1 << 18
