@@ -339,6 +339,22 @@ def test_item_context_learns_from_the_users_and_survives_the_checkpoint(planted,
     assert torch.equal(model.context.weight, context.weight) and torch.equal(model.context.entity_ids, context.entity_ids)
 
 
+def test_a_warm_start_carries_both_item_tables_by_entity_id():
+    """Residual and context rows follow their items to the next snapshot's rows; a new item starts
+    at zero; a table the checkpoint lacks starts at zero."""
+    from hir.models.checkpoint import _carry_residuals
+    from hir.models.model import HIRModel
+
+    encoder = EncoderConfig(dim=4, layers=1, heads=1, num_node_types=2, num_edge_types=1, pooled_ids=True)
+    model = HIRModel(encoder, TrainConfig(proj_dim=4, coarse=2, fine=2, item_residual=True, item_context=True, residual_rows=2), 1)
+    for table in model.item_tables():
+        table.set_items(torch.tensor([7, 9]))
+    saved = {"context.entity_ids": torch.tensor([5, 7]), "context.weight": torch.tensor([[1.0] * 4, [2.0] * 4])}
+    state = _carry_residuals(saved, model)
+    assert state["context.weight"].tolist() == [[2.0] * 4, [0.0] * 4]  # item 7 kept its row, 9 is new
+    assert state["residual.weight"].eq(0).all() and state["residual.entity_ids"].tolist() == [7, 9]
+
+
 def test_warm_start_carries_each_items_residual_to_its_new_row(tmp_path):
     """The next day's run trains on more items: the items of both days keep their vectors (by entity
     id, whatever their rows), the new ones start at zero; a run without residuals drops them."""
